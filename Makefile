@@ -1,0 +1,37 @@
+# Two entry points do all set-up on a fresh machine:
+#   make reproduce   install, then execute every notebook at SCALE (default: cpu)
+#   make test        install with dev extras, then pytest (library + notebooks) and nbval
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+SCALE  ?= cpu
+PIP    := $(BIN)/python -m pip --disable-pip-version-check
+SHELL  := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+
+.PHONY: install reproduce test lint clean-smoke
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(PIP) install -q --upgrade pip 2>&1 | sed "/^WARNING: Location/d"
+	$(PIP) install -q -e ".[dev]" 2>&1 | sed "/^WARNING: Location/d"
+	$(BIN)/python -c "import memsafe_lib, torch, papermill, nbval, jupytext"
+	$(BIN)/python -m ipykernel install --sys-prefix --name memsafe --display-name "memsafe" >/dev/null
+	touch $@
+
+install: $(VENV)/.installed
+
+reproduce: install
+	$(BIN)/memsafe notebook all --scale $(SCALE)
+
+test: install
+	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider artifacts/smoke/*/*.ipynb
+
+lint: install
+	$(BIN)/ruff check memsafe_lib tests notebooks
+
+clean-smoke:
+	rm -rf artifacts/smoke

@@ -1,0 +1,167 @@
+"""The ``memsafe`` command line: data check/download, construct, audit, notebooks.
+
+Every command exits non-zero with a one-line message naming the file, record and field
+when its input is bad, and writes its outputs atomically (nothing half-written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import paths
+from .errors import DataFormatError
+
+
+def _add_scale(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scale", choices=sorted(paths.SCALES), default=paths.DEFAULT_SCALE,
+                   help="smoke (CI subsets), cpu (all local data) or paper (full data, GPU); default %(default)s")
+
+
+def cmd_data_check(args: argparse.Namespace) -> int:
+    from .construction import accounting, construct, default_construction
+    from .data.loader import DATASETS, discover_files, load_dataset
+    from .ledger import record_run
+
+    data_dir = paths.data_dir()
+    names = [args.dataset] if args.dataset else list(DATASETS)
+    cap = paths.scale_config(args.scale).max_base_queries
+    print(f"data dir: {data_dir}  (scale {args.scale})")
+    report, raw_files, ok = [], [], True
+    for name in names:
+        files, ignored = discover_files(name, data_dir)
+        print(f"\n== {name}")
+        if not files:
+            print(f"   no files (expected {DATASETS[name].official} under {data_dir / name}/)")
+            continue
+        loaded = load_dataset(name, data_dir, max_base_queries=cap)
+        raw_files += loaded.files
+        for f in loaded.files:
+            print(f"   {f.path}  records={f.records}  sha256={f.sha256[:16]}…")
+        for f in ignored:
+            print(f"   (not a data file, ignored) {f.relative_to(data_dir)}")
+        result = construct(loaded, default_construction(name))
+        acc = accounting(loaded, result)
+        balanced = acc["raw_records"] == acc["used_records"] + acc["excluded"]
+        ok &= balanced
+        print(f"   construction {acc['construction']}: raw={acc['raw_records']} used={acc['used_records']} "
+              f"excluded={acc['excluded']}  {'(adds up)' if balanced else '(DOES NOT ADD UP)'}")
+        for reason, n in acc["excluded_by_reason"].items():
+            print(f"     excluded {n:>6}  {reason}")
+        print(f"   base questions={acc['base_questions']} variants={acc['variants']} "
+              f"by state {acc['variants_by_state']}")
+        for reason, n in acc["absent_states"].items():
+            print(f"     {n} base questions lack a state: {reason}")
+        if loaded.warnings:
+            print(f"   {len(loaded.warnings)} kept records with warnings, e.g. {loaded.warnings[0]}")
+        report.append({**acc, "warnings": len(loaded.warnings)})
+    record_run("data-check", args.scale, raw_files=raw_files, settings={"datasets": names}, metrics={"report": report})
+    return 0 if ok else 1
+
+
+def cmd_data_download(args: argparse.Namespace) -> int:
+    from .data.download import main_download
+
+    return main_download(args.dataset, paths.data_dir())
+
+
+def cmd_construct(args: argparse.Namespace) -> int:
+    from .construction import accounting, build
+    from .io import write_json, write_jsonl
+    from .ledger import record_run
+
+    loaded, result = build(args.dataset, args.construction, args.scale)
+    out = Path(args.out)
+    exclusions = out.with_name(out.name.removesuffix(".jsonl") + ".exclusions.jsonl")
+    summary = out.with_name(out.name.removesuffix(".jsonl") + ".summary.json")
+    acc = accounting(loaded, result)
+    write_jsonl(exclusions, [e.__dict__ for e in [*result.exclusions, *result.absent]])
+    write_json(summary, acc)
+    write_jsonl(out, (v.to_dict() for v in result.variants))  # last: its presence means success
+    record_run("construct", args.scale, raw_files=loaded.files,
+               settings={"dataset": args.dataset, "construction": result.construction},
+               outputs=[out, exclusions, summary], metrics=acc)
+    print(json.dumps({"out": str(out), "exclusions": str(exclusions), **acc}, indent=2))
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from .audit import audit
+    from .construction import build
+    from .ledger import record_run
+
+    loaded, result = build(args.dataset, args.construction, args.scale)
+    report = audit(result)
+    report.pop("rows")
+    record_run("audit", args.scale, raw_files=loaded.files,
+               settings={"dataset": args.dataset, "construction": result.construction}, metrics=report)
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0
+
+
+def cmd_notebook(args: argparse.Namespace) -> int:
+    from .notebooks import available, run_notebook
+
+    names = available() if args.name == "all" else [args.name]
+    for name in names:
+        out = run_notebook(name, args.scale, kernel=args.kernel)
+        print(f"executed {name} at scale {args.scale}: {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .construction import CONSTRUCTIONS
+    from .data.loader import DATASETS
+
+    parser = argparse.ArgumentParser(prog="memsafe", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    data_parser = sub.add_parser("data", help="inspect or fetch the raw datasets")
+    data = data_parser.add_subparsers(dest="data_cmd", required=True)
+    p = data.add_parser("check", help="files found and raw/used/excluded counts per dataset")
+    p.add_argument("--dataset", choices=sorted(DATASETS))
+    _add_scale(p)
+    p.set_defaults(func=cmd_data_check)
+    p = data.add_parser("download", help="fetch the official files into MEMSAFE_DATA_DIR (needs internet)")
+    p.add_argument("--dataset", choices=sorted(DATASETS))
+    p.set_defaults(func=cmd_data_download)
+
+    p = sub.add_parser("construct", help="write the memory variants of a dataset as JSON Lines")
+    p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
+    p.add_argument("--construction", choices=CONSTRUCTIONS, default=None,
+                   help="default: size-matched (native for squad2)")
+    p.add_argument("--out", required=True, help="output .jsonl; exclusions and a summary are written beside it")
+    _add_scale(p)
+    p.set_defaults(func=cmd_construct)
+
+    p = sub.add_parser("audit", help="test AUROC of the surface controls, as JSON")
+    p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
+    p.add_argument("--construction", choices=CONSTRUCTIONS, default=None)
+    _add_scale(p)
+    p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("notebook", help="execute a numbered notebook with papermill")
+    p.add_argument("name", help="e.g. 01_construction_audit, or 'all'")
+    p.add_argument("--kernel", default="memsafe")
+    _add_scale(p)
+    p.set_defaults(func=cmd_notebook)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except DataFormatError as exc:
+        print(f"memsafe: bad input: {exc}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"memsafe: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,9 @@
+"""Loaders for the official QA dataset files (MIMIC-IV comes with the clinical issue)."""
+
+from .loader import DATASETS, dataset_spec, discover_files, load_dataset
+from .records import BaseQuery, Exclusion, LoadResult, Provenance, RawFile, Unit
+
+__all__ = [
+    "DATASETS", "BaseQuery", "Exclusion", "LoadResult", "Provenance", "RawFile", "Unit",
+    "dataset_spec", "discover_files", "load_dataset",
+]

@@ -1,0 +1,95 @@
+"""The run ledger: one JSON line per run, with a fingerprint of code, data and settings.
+
+Every number in ``artifacts/`` must be traceable to a ledger entry: the entry names the
+raw files (sha256), the settings, the code (hash of every library and notebook source
+file) and the outputs (sha256), so a reader can tell whether two tables came from the
+same inputs. Entries are appended; the file is rewritten atomically.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from . import __version__, paths
+from .data.records import RawFile
+from .io import atomic_open, canonical_json, sha256_bytes, sha256_file
+
+
+def code_fingerprint() -> str:
+    """sha256 over the library's and notebooks' source files (path + content).
+
+    Content, not the git commit, so uncommitted edits change the fingerprint too.
+    """
+    root = paths.REPO_ROOT
+    files = sorted([*root.joinpath("memsafe_lib").rglob("*.py"), *root.joinpath("memsafe_lib").rglob("*.json"),
+                    *paths.notebooks_dir().glob("*.py")])
+    parts = [f"{p.relative_to(root).as_posix()}\x1f{sha256_file(p)}" for p in files]
+    return sha256_bytes("\n".join(parts).encode())
+
+
+def data_fingerprint(files: Iterable[RawFile]) -> str:
+    return sha256_bytes("\n".join(sorted(f"{f.path}\x1f{f.sha256}" for f in files)).encode())
+
+
+def settings_fingerprint(settings: Mapping[str, Any]) -> str:
+    return sha256_bytes(canonical_json(settings).encode())
+
+
+def fingerprint(files: Iterable[RawFile], settings: Mapping[str, Any]) -> dict[str, str]:
+    files = list(files)
+    parts = {"code": code_fingerprint(), "data": data_fingerprint(files), "settings": settings_fingerprint(settings)}
+    parts["run"] = sha256_bytes(canonical_json(parts).encode())[:16]
+    return parts
+
+
+def ledger_path(scale: str) -> Path:
+    return paths.artifacts_dir() / scale / "ledger.jsonl"
+
+
+def record_run(
+    kind: str,
+    scale: str,
+    *,
+    raw_files: Iterable[RawFile] = (),
+    settings: Mapping[str, Any] | None = None,
+    outputs: Iterable[str | Path] = (),
+    metrics: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Append one entry to ``artifacts/<scale>/ledger.jsonl`` and return it."""
+    raw_files = list(raw_files)
+    settings = dict(settings or {})
+    settings.setdefault("scale", scale)
+    base = paths.artifacts_dir()
+    out_hashes = {}
+    for out in outputs:
+        p = Path(out).resolve()
+        key = p.relative_to(base).as_posix() if p.is_relative_to(base) else str(p)
+        out_hashes[key] = sha256_file(p)
+    entry = {
+        "kind": kind,
+        "time_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "fingerprint": fingerprint(raw_files, settings),
+        "settings": settings,
+        "raw_files": [{"path": f.path, "sha256": f.sha256, "records": f.records} for f in raw_files],
+        "outputs": out_hashes,
+        "metrics": dict(metrics or {}),
+        "environment": {"memsafe": __version__, "python": sys.version.split()[0], "platform": platform.platform()},
+    }
+    path = ledger_path(scale)
+    previous = path.read_text(encoding="utf-8") if path.exists() else ""
+    with atomic_open(path) as fh:
+        fh.write(previous + json.dumps(entry, sort_keys=True) + "\n")
+    return entry
+
+
+def read_ledger(scale: str) -> list[dict[str, Any]]:
+    path = ledger_path(scale)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

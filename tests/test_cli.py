@@ -1,0 +1,72 @@
+"""The command line on the official-format fixtures (and the real data when present)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memsafe_lib.cli import main
+from memsafe_lib.construction import Variant
+from memsafe_lib.io import sha256_file
+from memsafe_lib.ledger import read_ledger
+
+
+def test_data_check_accounts_for_every_record(qa_fixtures: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["data", "check", "--scale", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "raw=11 used=5 excluded=6  (adds up)" in out
+    assert "excluded      1  supporting-fact title not in context" in out
+    assert "relation-lost impossible" in out
+    (entry,) = read_ledger("cpu")
+    assert entry["kind"] == "data-check"
+    assert {f["path"] for f in entry["raw_files"]} >= {"musique/musique_full_v1.0_train.jsonl", "squad2/dev-v2.0.json"}
+
+
+def test_construct_writes_variants_exclusions_and_ledger(qa_fixtures: Path, tmp_path: Path) -> None:
+    out = tmp_path / "hp.jsonl"
+    assert main(["construct", "--dataset", "hotpotqa", "--construction", "size-matched", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 6
+    required = {"variant_id", "base_id", "dataset", "construction", "state", "split", "missing_count", "units"}
+    assert all(required <= set(r) for r in rows)
+    assert all({"unit_id", "title", "text", "is_evidence", "position"} <= set(u) for r in rows for u in r["units"])
+    assert Variant.from_dict(rows[0]).variant_id == rows[0]["variant_id"]
+    exclusions = [json.loads(line) for line in (tmp_path / "hp.exclusions.jsonl").read_text().splitlines()]
+    assert {e["reason"] for e in exclusions} == {"supporting-fact title not in context", "too few distractors (|D| < |S|)"}
+    entry = read_ledger("cpu")[-1]
+    assert entry["kind"] == "construct"
+    assert entry["outputs"][str(out.resolve())] == sha256_file(out)
+    assert set(entry["fingerprint"]) == {"code", "data", "settings", "run"}
+
+
+def test_construct_is_deterministic(qa_fixtures: Path, tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        assert main(["construct", "--dataset", "musique", "--out", str(tmp_path / f"{name}.jsonl")]) == 0
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_audit_too_small_is_a_clear_error(qa_fixtures: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Two SQuAD questions cannot fill both classes in train and test: a message, not a traceback.
+    assert main(["audit", "--dataset", "squad2", "--construction", "native"]) == 2
+    assert "needs both unsafe and complete" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dataset", ["musique", "hotpotqa", "2wikimultihopqa", "squad2"])
+def test_audit_on_real_data_via_console_script(real_data: Path, dataset: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "memsafe_lib.cli", "audit", "--dataset", dataset, "--scale", "smoke"],
+                          capture_output=True, text=True, check=True)
+    report = json.loads(proc.stdout)
+    assert set(report["test_auroc"]) == {"majority", "paragraph_count", "text_length", "provenance_only"}
+    assert report["test_auroc"]["majority"] == 0.5
+
+
+@pytest.mark.parametrize("construction", ["size-matched", "deletion"])
+def test_construct_on_real_data(real_data: Path, tmp_path: Path, construction: str) -> None:
+    out = tmp_path / "v.jsonl"
+    assert main(["construct", "--dataset", "2wikimultihopqa", "--construction", construction,
+                 "--out", str(out), "--scale", "cpu"]) == 0
+    assert sum(1 for _ in out.open()) == 3 * 1162
