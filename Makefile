@@ -25,6 +25,7 @@ install: $(VENV)/.installed
 
 reproduce: install
 	$(BIN)/memsafe notebook all --scale $(SCALE)
+	$(BIN)/memsafe report
 
 test: install
 	$(BIN)/python -m pytest

@@ -112,6 +112,13 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from .paper_report import update_report
+
+    print(f"updated {update_report()}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .construction import CONSTRUCTIONS
     from .data.loader import DATASETS
@@ -148,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", default="memsafe")
     _add_scale(p)
     p.set_defaults(func=cmd_notebook)
+
+    p = sub.add_parser("report", help="refresh the generated tables in paper/REPORT.md from artifacts/")
+    p.set_defaults(func=cmd_report)
     return parser
 
 

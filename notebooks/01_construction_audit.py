@@ -34,14 +34,13 @@ external_dataset = "squad2"
 import pandas as pd
 from IPython.display import display
 
-from memsafe_lib import paths
+from memsafe_lib import paths, reports
 from memsafe_lib.audit import audit
 from memsafe_lib.construction import accounting, construct
 from memsafe_lib.data import load_dataset
 from memsafe_lib.io import write_json
 from memsafe_lib.ledger import record_run
 from memsafe_lib.proposition import counterexample_auroc, size_only_bound, two_group_tv
-from memsafe_lib import reports
 
 pd.set_option("display.width", 200, "display.max_columns", 30, "display.precision", 4)
 config = paths.scale_config(scale)
@@ -140,10 +139,12 @@ fig
 ref = reports.paper_reference()["proposition_1"]
 eps = ref["musique_eps_numerator"] / ref["musique_eps_denominator"]
 n = ref["musique_eps_denominator"]
-musique_bound = size_only_bound([1] * ref["musique_eps_numerator"] + [2] * (n - ref["musique_eps_numerator"]), [1] * n)
+one_unsafe = ref["musique_eps_numerator"]
+musique_bound = size_only_bound([1] * one_unsafe + [2] * (n - one_unsafe), [1] * n)
 closed_form = pd.DataFrame([
     {"quantity": "TV(P_u, P_c), closed form", "memsafe": two_group_tv(eps), "paper": ref["musique_total_variation"]},
-    {"quantity": "TV from multiplicities", "memsafe": musique_bound.total_variation, "paper": ref["musique_total_variation"]},
+    {"quantity": "TV from multiplicities", "memsafe": musique_bound.total_variation,
+     "paper": ref["musique_total_variation"]},
     {"quantity": "two-group bound TV/2", "memsafe": musique_bound.bound, "paper": ref["musique_two_group_bound"]},
     {"quantity": "counterexample AUROC (must exceed)", "memsafe": counterexample_auroc(),
      "paper": ref["counterexample_auroc_lower_bound"]},
@@ -162,7 +163,8 @@ closed_form
 
 # %%
 squad_audit = audit(squad, controls=["majority", "text_length"])
-text_rows = [r for r in controls.to_dict("records") if r["model"] == "text_length" and r["construction"] == "size-matched"]
+text_rows = [r for r in controls.to_dict("records")
+             if r["model"] == "text_length" and r["construction"] == "size-matched"]
 text_rows += [{**r, "paper_unsafe_auroc": reports.paper_reference()["shortcut"]["squad2_text_length"]["dev"]}
               for r in squad_audit["rows"] if r["model"] == "text_length"]
 text_length = pd.DataFrame(text_rows)[["dataset", "construction", "n_variants", "unsafe_auroc", "paper_unsafe_auroc"]]
@@ -180,8 +182,9 @@ fig
 # NBVAL_CHECK_OUTPUT
 summary = {
     "scale": scale,
-    "records": {a["dataset"] + "/" + a["construction"]: [a["raw_records"], a["used_records"], a["excluded"], a["variants"]]
-                for a in accountings},
+    "records (raw, used, excluded, variants)": {
+        f"{a['dataset']}/{a['construction']}": [a["raw_records"], a["used_records"], a["excluded"], a["variants"]]
+        for a in accountings},
     "paragraph_count_auroc": {f"{r['dataset']}/{r['construction']}": round(r["unsafe_auroc"], 4)
                               for r in controls.to_dict("records") if r["model"] == "paragraph_count"},
     "text_length_auroc": {r["dataset"]: round(r["unsafe_auroc"], 4) for r in text_length.to_dict("records")},

@@ -1,0 +1,28 @@
+"""The report's generated tables come from artifact CSVs, and regenerating is idempotent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from memsafe_lib.paper_report import BLOCK, render
+
+
+def test_render_fills_filters_and_is_idempotent(tmp_path: Path) -> None:
+    (tmp_path / "cpu").mkdir()
+    pd.DataFrame({"dataset": ["a", "b"], "model": ["x", "y"], "auroc": [0.123456, 0.5]}).to_csv(
+        tmp_path / "cpu" / "t.csv", index=False)
+    text = "Prose stays.\n<!-- memsafe:table cpu/t.csv cols=dataset,auroc where=model:y -->\nstale\n<!-- /memsafe:table -->\nEnd.\n"
+    once = render(text, tmp_path)
+    assert once == ("Prose stays.\n<!-- memsafe:table cpu/t.csv cols=dataset,auroc where=model:y -->\n"
+                    "| dataset | auroc |\n|---|---|\n| b | 0.5000 |\n<!-- /memsafe:table -->\nEnd.\n")
+    assert render(once, tmp_path) == once
+
+
+def test_committed_report_tables_match_committed_artifacts() -> None:
+    """paper/REPORT.md must show exactly what the committed artifacts say."""
+    root = Path(__file__).resolve().parent.parent
+    report = (root / "paper" / "REPORT.md").read_text()
+    assert BLOCK.search(report), "REPORT.md has no generated tables"
+    assert render(report, root / "artifacts") == report
