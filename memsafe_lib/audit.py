@@ -8,8 +8,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .construction import STATES, ConstructionResult, Variant
 from .controls import CONTROLS, Estimator, Predictions
 from .metrics import macro_f1, unsafe_auroc
@@ -130,7 +128,3 @@ def scores_frame(fitted: Sequence[ControlResult]) -> list[dict[str, Any]]:
             out.append({"model": r.control, "split": r.split, "state": v.state, "unsafe": v.unsafe,
                         "score": float(p), "base_id": v.base_id})
     return out
-
-
-def mean_or_nan(values: Sequence[float]) -> float:
-    return float(np.mean(values)) if len(values) else float("nan")

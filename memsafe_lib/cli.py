@@ -1,4 +1,4 @@
-"""The ``memsafe`` command line: data check/download, construct, audit, notebooks.
+"""memsafe command line: check and fetch data, construct memories, audit shortcuts, run notebooks.
 
 Every command exits non-zero with a one-line message naming the file, record and field
 when its input is bad, and writes its outputs atomically (nothing half-written).

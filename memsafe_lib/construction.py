@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +272,7 @@ def build_native(queries: Iterable[BaseQuery]) -> ConstructionResult:
     for q in queries:
         state = COMPLETE if q.answerable else MISSING
         v = _variant(q, "native", state, q.units, 1)
-        variants.append(Variant(**{**v.__dict__, "missing_count": 0 if q.answerable else 1}))
+        variants.append(replace(v, missing_count=0 if q.answerable else 1))
     return ConstructionResult(dataset, "native", variants, [])
 
 
@@ -305,9 +305,7 @@ def construct(loaded: LoadResult, construction: str) -> ConstructionResult:
 
 def accounting(loaded: LoadResult, result: ConstructionResult) -> dict[str, Any]:
     """Raw = used + excluded, with exclusions by reason (the data table's columns)."""
-    used_ids = {(v.base_id, v.dataset) for v in result.variants}
-    # A record is used when at least one variant comes from it; count records, not ids,
-    # so MuSiQue-Full twins are two records.
+    # Counts are of raw records, not ids: MuSiQue-Full twins are two records.
     excluded = Counter(e.reason for e in result.exclusions)
     n_excluded = sum(excluded.values())
     used = loaded.raw_records - n_excluded
@@ -316,7 +314,7 @@ def accounting(loaded: LoadResult, result: ConstructionResult) -> dict[str, Any]
         "construction": result.construction,
         "raw_records": loaded.raw_records,
         "used_records": used,
-        "base_questions": len({b for b, _ in used_ids}),
+        "base_questions": len({v.base_id for v in result.variants}),
         "excluded": n_excluded,
         "excluded_by_reason": dict(sorted(excluded.items())),
         "variants": len(result.variants),

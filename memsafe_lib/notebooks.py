@@ -47,8 +47,22 @@ def run_notebook(name: str, scale: str, *, kernel: str | None = None, output: Pa
                 str(src_ipynb), partial, parameters={"scale": scale, **(parameters or {})},
                 kernel_name=kernel or default_kernel(), cwd=str(paths.notebooks_dir()), progress_bar=False,
             )
+            _relative_papermill_paths(Path(partial), source, output)
             os.replace(partial, output)
         finally:
             if os.path.exists(partial):
                 os.unlink(partial)
     return output
+
+
+def _relative_papermill_paths(notebook: Path, source: Path, output: Path) -> None:
+    """Record repo-relative paths instead of this machine's temp paths in the metadata."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    meta = nb.metadata.get("papermill", {})
+    meta["input_path"] = source.relative_to(paths.REPO_ROOT).as_posix()
+    out = output.resolve()
+    meta["output_path"] = (out.relative_to(paths.REPO_ROOT).as_posix() if out.is_relative_to(paths.REPO_ROOT)
+                           else output.name)
+    nbformat.write(nb, notebook)

@@ -155,6 +155,10 @@ def plot_proposition(table: pd.DataFrame) -> Figure:
     ax.bar(x, test["memory_size_deviation"], 0.27, label="|AUROC - 1/2|, memory size", color="#2a9d8f")
     ax.bar(x + 0.27, test["paragraph_count_control_deviation"], 0.27, label="|AUROC - 1/2|, fitted control",
            color="#e9c46a")
+    for xi, (_, row) in zip(x, test.iterrows(), strict=True):
+        if row["bound"] == 0 and row["memory_size_deviation"] == 0:
+            ax.annotate("bound 0, AUROC exactly 1/2", (xi, 0), xytext=(0, 6), textcoords="offset points",
+                        ha="center", fontsize=8)
     ax.set_xticks(x, test.index)
     ax.set_ylabel("deviation from chance")
     ax.set_title("Size-only scores under size matching stay within the bound")
