@@ -48,8 +48,12 @@ def run_controls(
     result: ConstructionResult,
     controls: Sequence[str] = tuple(CONTROLS),
     eval_splits: Sequence[str] = ("test",),
+    seed: int = 17,
 ) -> list[ControlResult]:
-    """Fit each control on the train split of ``result`` and predict ``eval_splits``."""
+    """Fit each model (a control or any registered baseline) on the train split of
+    ``result``, selecting on validation where it has choices, and predict ``eval_splits``."""
+    from .models import make_model
+
     splits = by_split(result.variants)
     for split in ("train", *eval_splits):
         labels = {v.unsafe for v in splits.get(split, [])}
@@ -60,7 +64,7 @@ def run_controls(
             )
     out = []
     for name in controls:
-        estimator: Estimator = CONTROLS[name]().fit(splits["train"])
+        estimator: Estimator = make_model(name, seed).fit(splits["train"], splits.get("validation"))
         for split in eval_splits:
             variants = splits[split]
             out.append(ControlResult(name, split, variants, estimator.predict(variants)))

@@ -102,6 +102,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .evaluate import run_evaluation
+    from .models import ALL_BASELINES
+
+    models = list(ALL_BASELINES) if args.models == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(paths.scale_config(args.scale).seeds)
+    files = run_evaluation(args.dataset, models, seeds, args.scale, args.construction)
+    print(json.dumps({k: str(v) for k, v in files.items()}, indent=2))
+    return 0
+
+
 def cmd_notebook(args: argparse.Namespace) -> int:
     from .notebooks import available, run_notebook
 
@@ -149,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--construction", choices=CONSTRUCTIONS, default=None)
     _add_scale(p)
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("evaluate", help="fit and score models; one metrics row per (model, seed, split)")
+    p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
+    p.add_argument("--models", default="all", help="comma-separated names, or 'all' baselines and controls")
+    p.add_argument("--seeds", default=None, help="comma-separated; default: the scale's seeds")
+    p.add_argument("--construction", choices=CONSTRUCTIONS, default="size-matched")
+    _add_scale(p)
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("notebook", help="execute a numbered notebook with papermill")
     p.add_argument("name", help="e.g. 01_construction_audit, or 'all'")

@@ -28,13 +28,21 @@ class Predictions:
     unsafe_prob: np.ndarray
     state: np.ndarray
     """Predicted integrity state per variant."""
+    unit_scores: list[np.ndarray] | None = None
+    """Per-unit evidence scores, one array per variant in memory order (where meaningful)."""
+    missing_count: np.ndarray | None = None
+    """Estimated number of missing evidence units g per variant (where meaningful)."""
     extras: dict[str, object] = field(default_factory=dict)
 
 
 class Estimator(Protocol):
-    name: str
+    """Fit on train, select hyper-parameters on validation (if any), score anything."""
 
-    def fit(self, train: Sequence[Variant]) -> Estimator: ...
+    name: str
+    deterministic: bool
+    """True when fitting has no random state, so every seed gives the same model."""
+
+    def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> Estimator: ...
 
     def predict(self, variants: Sequence[Variant]) -> Predictions: ...
 
@@ -73,6 +81,8 @@ class FeatureControl:
     """Logistic regressions on a few hand-picked features: one for the unsafe label, one
     (multinomial) for the integrity state."""
 
+    deterministic = True
+
     def __init__(self, name: str, featurize: Featurizer) -> None:
         self.name = name
         self.featurize = featurize
@@ -82,7 +92,7 @@ class FeatureControl:
     def _x(self, variants: Sequence[Variant]) -> np.ndarray:
         return np.array([self.featurize(v) for v in variants], dtype=float)
 
-    def fit(self, train: Sequence[Variant]) -> FeatureControl:
+    def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> FeatureControl:
         x = self._x(train)
         self._unsafe = _logistic().fit(x, [v.unsafe for v in train])
         self._state = _logistic().fit(x, [v.state for v in train])
@@ -100,12 +110,13 @@ class MajorityControl:
     """Predicts the most frequent training state and the training unsafe rate for everyone."""
 
     name = "majority"
+    deterministic = True
 
     def __init__(self) -> None:
         self._state: str | None = None
         self._rate = 0.0
 
-    def fit(self, train: Sequence[Variant]) -> MajorityControl:
+    def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> MajorityControl:
         counts = Counter(v.state for v in train)
         # Ties broken towards COMPLETE, then alphabetically, so the choice is deterministic.
         self._state = max(sorted(counts), key=lambda s: (counts[s], s == COMPLETE))

@@ -1,0 +1,189 @@
+"""Fit models on a construction and score them: one metrics row per (model, seed, split).
+
+Each (model, seed) result is cached on disk under a key made of the code, data and
+settings fingerprints, so an interrupted ``memsafe evaluate`` resumes where it stopped
+and a changed input never reuses a stale result. Deterministic models are fitted once and
+their result is reported under every seed (labelled ``deterministic``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import pickle
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from . import paths
+from .audit import by_split
+from .construction import STATES, ConstructionResult, Variant, build
+from .controls import Predictions
+from .io import atomic_open, sha256_bytes, write_json
+from .ledger import code_fingerprint, data_fingerprint, record_run
+from .metrics import (
+    error_taxonomy,
+    evidence_auprc,
+    expected_calibration_error,
+    macro_f1,
+    missing_count_mae,
+    unsafe_auroc,
+)
+from .models import make_model
+from .selective import selective_report
+
+EVAL_SPLITS: tuple[str, ...] = ("validation", "test")
+RISK_TARGET = 0.05
+
+
+@dataclass
+class FitResult:
+    model: str
+    seed: int
+    deterministic: bool
+    config: dict[str, Any]
+    fit_seconds: float
+    predictions: dict[str, Predictions]
+    """Per evaluation split."""
+
+
+def split_metrics(variants: Sequence[Variant], preds: Predictions) -> dict[str, Any]:
+    """Every per-split metric of the paper for one model's predictions."""
+    unsafe = [v.unsafe for v in variants]
+    states = [v.state for v in variants]
+    labels = [s for s in STATES if s in set(states)]
+    row: dict[str, Any] = {
+        "n_variants": len(variants),
+        "n_base_queries": len({v.base_id for v in variants}),
+        "prevalence": float(np.mean(unsafe)),
+        "unsafe_auroc": unsafe_auroc(unsafe, preds.unsafe_prob),
+        "macro_f1": macro_f1(states, list(preds.state), labels),
+        "ece": expected_calibration_error(unsafe, np.clip(preds.unsafe_prob, 0.0, 1.0)),
+        "evidence_auprc": None,
+        "count_mae": None,
+    }
+    if preds.unit_scores is not None:
+        row["evidence_auprc"] = evidence_auprc([[u.is_evidence for u in v.units] for v in variants], preds.unit_scores)
+    if preds.missing_count is not None:
+        row["count_mae"] = missing_count_mae([v.missing_count for v in variants], preds.missing_count)
+    return row
+
+
+def _cache_key(dataset: str, construction: str, model: str, seed: int, result: ConstructionResult) -> str:
+    variants = sha256_bytes("\n".join(v.variant_id + v.split for v in result.variants).encode())
+    return sha256_bytes(f"{code_fingerprint()}|{dataset}|{construction}|{model}|{seed}|{variants}".encode())[:20]
+
+
+def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cache_dir: Path | None,
+                    key: str | None) -> FitResult:
+    """Fit ``model`` with ``seed`` on train (selecting on validation) and predict the
+    evaluation splits, reusing a cached result when one exists for the same inputs."""
+    path = cache_dir / f"{model}-{seed}-{key}.pkl" if cache_dir and key else None
+    if path is not None and path.exists():
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+    start = time.perf_counter()
+    estimator = make_model(model, seed).fit(splits["train"], splits.get("validation"))
+    predictions = {s: estimator.predict(splits[s]) for s in EVAL_SPLITS if splits.get(s)}
+    result = FitResult(model, seed, bool(estimator.deterministic), dict(getattr(estimator, "config", {}) or {}),
+                       time.perf_counter() - start, predictions)
+    if path is not None:
+        with atomic_open(path, "wb") as fh:
+            pickle.dump(result, fh)
+    return result
+
+
+def evaluate(
+    result: ConstructionResult,
+    models: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    cache_dir: Path | None = None,
+    progress: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Return (metrics rows, per-variant predictions, test error taxonomies)."""
+    splits = by_split(result.variants)
+    if not splits.get("train"):
+        raise ValueError(f"{result.dataset}/{result.construction}: no training variants")
+    rows, pred_rows, taxonomy = [], [], {}
+    jobs = [(m, s) for m in models for s in seeds]
+    fitted: dict[str, FitResult] = {}
+    for model, seed in tqdm(jobs, desc=f"evaluate {result.dataset}", disable=not progress):
+        done = fitted.get(model)
+        if done is None or not done.deterministic:
+            key = _cache_key(result.dataset, result.construction, model, seed, result)
+            done = fit_and_predict(model, seed, splits, cache_dir, key)
+            fitted[model] = done
+        base = {"dataset": result.dataset, "construction": result.construction, "model": model, "seed": seed,
+                "deterministic": done.deterministic, "fitted_seed": done.seed, "config": json.dumps(done.config),
+                "fit_seconds": done.fit_seconds}
+        for split, preds in done.predictions.items():
+            variants = splits[split]
+            row = {**base, "split": split, **split_metrics(variants, preds)}
+            if split == "test" and "validation" in done.predictions:
+                val = splits["validation"]
+                sel = selective_report([v.unsafe for v in val], done.predictions["validation"].unsafe_prob,
+                                       [v.unsafe for v in variants], preds.unsafe_prob, alpha=RISK_TARGET)
+                row.update({"aurc": sel["aurc"], "risk_target": RISK_TARGET, "risk_threshold": sel["threshold"],
+                            "coverage_at_target": sel["coverage"], "realized_risk": sel["realized_risk"],
+                            "coverage_ceiling": sel["coverage_ceiling"], "aurc_min": sel["aurc_min"]})
+                taxonomy[f"{model}/{seed}"] = error_taxonomy(
+                    [v.state for v in variants], list(preds.state),
+                    [v.n_evidence - v.missing_count for v in variants])
+            rows.append(row)
+            for i, v in enumerate(variants):
+                pred_rows.append({
+                    "model": model, "seed": seed, "split": split, "variant_id": v.variant_id, "base_id": v.base_id,
+                    "state": v.state, "unsafe": v.unsafe, "missing_count": v.missing_count,
+                    "surviving": v.n_evidence - v.missing_count, "unsafe_prob": float(preds.unsafe_prob[i]),
+                    "pred_state": preds.state[i],
+                    "pred_missing": None if preds.missing_count is None else float(preds.missing_count[i]),
+                })
+    return pd.DataFrame(rows), pd.DataFrame(pred_rows), taxonomy
+
+
+def write_csv(path: Path, frame: pd.DataFrame) -> Path:
+    """Atomic CSV; ``.csv.gz`` is gzipped with a fixed mtime so equal data give equal bytes."""
+    text = frame.to_csv(index=False, float_format="%.6g")
+    with atomic_open(path, "wb") as fh:
+        if path.name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
+                gz.write(text.encode())
+        else:
+            fh.write(text.encode())
+    return path
+
+
+def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], scale: str,
+                   construction: str = "size-matched", progress: bool = True) -> dict[str, Path]:
+    """Everything ``memsafe evaluate`` does: build, fit, score, write, ledger."""
+    loaded, result = build(dataset, construction, scale)
+    out = paths.output_dir(scale, "evaluate") / dataset / construction
+    cache = out / ".cache"
+    metrics, predictions, taxonomy = evaluate(result, models, seeds, cache_dir=cache, progress=progress)
+    files = {
+        "metrics": write_csv(out / "metrics.csv", metrics),
+        "predictions": write_csv(out / "predictions.csv.gz", predictions),
+        "taxonomy": write_json(out / "taxonomy.json", taxonomy),
+    }
+    summary = metrics[metrics["split"] == "test"].groupby("model")[["unsafe_auroc", "macro_f1"]].mean().round(4)
+    record_run(f"evaluate:{dataset}", scale, raw_files=loaded.files,
+               settings={"dataset": dataset, "construction": construction, "models": list(models),
+                         "seeds": list(seeds), "data": data_fingerprint(loaded.files)},
+               outputs=files.values(), metrics={"test_mean": summary.to_dict(orient="index")})
+    return files
+
+
+def read_csv(path: Path) -> pd.DataFrame:
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    if path.name.endswith(".gz"):
+        raw = gzip.decompress(raw)
+    return pd.read_csv(io.BytesIO(raw))
