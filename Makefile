@@ -23,7 +23,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
+QA_DATASETS := musique hotpotqa 2wikimultihopqa
+
 reproduce: install
+	for d in $(QA_DATASETS); do $(BIN)/memsafe evaluate --dataset $$d --scale $(SCALE); done
+	$(BIN)/memsafe summarize --scale $(SCALE)
 	$(BIN)/memsafe notebook all --scale $(SCALE)
 	$(BIN)/memsafe report
 

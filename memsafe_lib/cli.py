@@ -113,6 +113,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_summarize(args: argparse.Namespace) -> int:
+    from .summary import summarize
+
+    files = summarize(args.scale, n_resamples=args.resamples)
+    print(json.dumps({k: str(v) for k, v in files.items()}, indent=2))
+    return 0
+
+
 def cmd_notebook(args: argparse.Namespace) -> int:
     from .notebooks import available, run_notebook
 
@@ -168,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--construction", choices=CONSTRUCTIONS, default="size-matched")
     _add_scale(p)
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("summarize", help="seed means, bootstrap intervals, Wilcoxon, gates and H1-H5 of evaluate runs")
+    p.add_argument("--resamples", type=int, default=1000)
+    _add_scale(p)
+    p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("notebook", help="execute a numbered notebook with papermill")
     p.add_argument("name", help="e.g. 01_construction_audit, or 'all'")

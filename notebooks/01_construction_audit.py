@@ -28,6 +28,7 @@
 scale = "smoke"
 datasets = ["musique", "hotpotqa", "2wikimultihopqa"]
 external_dataset = "squad2"
+shortcut_models = ["majority", "paragraph_count", "text_length", "provenance_only", "lexset", "tfidf"]
 
 # %%
 # %matplotlib inline
@@ -92,10 +93,13 @@ display(data_table[["dataset", "construction", "excluded_by_reason"]])
 #
 # Each control is a logistic regression fit on the train split on features a shortcut could
 # use (memory size; total characters; positions of the kept units in the source context),
-# scored on the test split. Majority predicts the training prevalence for everyone.
+# scored on the test split. Majority predicts the training prevalence for everyone. Two real
+# estimators sit beside them: LexSet (lexical event-set, seed 17) and the flat TF-IDF
+# logistic model, both fit on train and selected on validation. Under deletion they can read
+# memory size like any control; under size matching they must read the text.
 
 # %%
-audits = [audit(results[ds][c]) for ds in datasets for c in ("deletion", "size-matched")]
+audits = [audit(results[ds][c], controls=shortcut_models) for ds in datasets for c in ("deletion", "size-matched")]
 controls = reports.control_table(audits)
 controls.to_csv(out / "controls_test.csv", index=False)
 display(controls.pivot_table(index=["construction", "model"], columns="dataset", values="unsafe_auroc"))
