@@ -64,7 +64,10 @@ class MemoryView:
 def _bm25(q: frozenset[str], u: list[str], stats: PairStats, k1: float = 1.2, b: float = 0.75) -> float:
     tf = Counter(u)
     norm = k1 * (1 - b + b * len(u) / stats.avg_len)
-    return sum(stats.idf.get(t, 0.0) * tf[t] * (k1 + 1) / (tf[t] + norm) for t in q if t in tf)
+    # Sum in sorted term order: iterating the set would follow string hashes, which change
+    # from process to process, and float addition is not associative, so the same features
+    # would differ in their last bits between runs (and the boosted trees with them).
+    return sum(stats.idf.get(t, 0.0) * tf[t] * (k1 + 1) / (tf[t] + norm) for t in sorted(q) if t in tf)
 
 
 def lexical_pair_features(question: str, title: str, text: str, cosine: float, stats: PairStats) -> list[float]:

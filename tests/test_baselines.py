@@ -142,3 +142,34 @@ def test_sc_tfidf_interaction_block_marks_covered_query_terms(splits: dict[str, 
     q, m, qm = x[:n], x[n:2 * n], x[2 * n:]
     assert np.allclose(qm, q * m)
     assert np.all((qm > 0) == ((q > 0) & (m > 0)))
+
+
+def test_lexset_features_do_not_depend_on_string_hashing() -> None:
+    """Same data and seed give bit-identical features in every process (PYTHONHASHSEED varies).
+
+    Long questions over a varied vocabulary make BM25 sum many terms, where the order of
+    float additions shows in the last bits if it follows set (hash) order.
+    """
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib, numpy as np\n"
+            "from memsafe_lib import construction as C\n"
+            "from memsafe_lib.data.records import BaseQuery, Provenance, Unit\n"
+            "from memsafe_lib.lexset import LexSet\n"
+            "rng = np.random.default_rng(0)\n"
+            "vocab = [f'w{k}' for k in range(300)]\n"
+            "def query(i):\n"
+            "    words = lambda n: ' '.join(rng.choice(vocab, n, p=np.r_[np.full(50, 0.012), np.full(250, 0.0016)]))\n"
+            "    units = tuple(Unit(f'q{i}:{j}', f't{j}', words(60), j < 2, j) for j in range(8))\n"
+            "    return BaseQuery(f'q{i}', 's', words(25), ('a',), units, True, Provenance('s', i, '0'))\n"
+            "vs = C.build_size_matched([query(i) for i in range(30)]).variants\n"
+            "m = LexSet(seed=17); m._fit_stats(vs)\n"
+            "print(hashlib.sha256(np.vstack([w.pair for w in m._views(vs)]).tobytes()).hexdigest())\n")
+    digests = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout
+        for h in (0, 1, 2, 3)
+    }
+    assert len(digests) == 1
