@@ -151,7 +151,7 @@ def evaluate(
 
 def write_csv(path: Path, frame: pd.DataFrame) -> Path:
     """Atomic CSV; ``.csv.gz`` is gzipped with a fixed mtime so equal data give equal bytes."""
-    text = frame.to_csv(index=False, float_format="%.6g")
+    text = frame.to_csv(index=False, float_format="%.10g")  # enough digits to keep score ties as they are
     with atomic_open(path, "wb") as fh:
         if path.name.endswith(".gz"):
             with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:

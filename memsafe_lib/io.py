@@ -41,6 +41,7 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give outputs the usual permissions
     binary = "b" in mode
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as fh:
@@ -52,6 +53,12 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def write_text(path: str | Path, text: str) -> Path:

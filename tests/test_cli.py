@@ -70,3 +70,17 @@ def test_construct_on_real_data(real_data: Path, tmp_path: Path, construction: s
     assert main(["construct", "--dataset", "2wikimultihopqa", "--construction", construction,
                  "--out", str(out), "--scale", "cpu"]) == 0
     assert sum(1 for _ in out.open()) == 3 * 1162
+
+
+def test_outputs_get_ordinary_permissions(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from memsafe_lib.io import write_text
+
+    old = os.umask(0o022)
+    try:
+        path = write_text(tmp_path / "x.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
