@@ -31,6 +31,8 @@ SPLIT_RATIOS: tuple[float, float, float] = (0.8, 0.1, 0.1)
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 
 DISTRACTOR_SALT = "memsafe-distractor-order-v1"
+FOLD_SALT = "memsafe-train-fold-v1"
+"""Two hash folds of the training questions (Stage A fine-tuning, LexSet cross-fitting)."""
 RELATION_SALT = "memsafe-relation-lost-v1"
 
 # Exclusion reasons (fixed strings so the ledger groups them).
@@ -54,6 +56,11 @@ def assign_split(base_id: str, ratios: Sequence[float] = SPLIT_RATIOS, salt: str
         if u < cumulative:
             return name
     return SPLITS[-1]
+
+
+def train_fold(base_id: str) -> int:
+    """Fold 0 or 1 of a training question; encoders and cross-fitted models use the same folds."""
+    return hash_rank(base_id, FOLD_SALT) % 2
 
 
 @dataclass(frozen=True)

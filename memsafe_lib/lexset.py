@@ -31,13 +31,10 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from .construction import Variant
+from .construction import Variant, train_fold
 from .controls import Predictions
-from .data.loader import hash_rank
 from .selection import select
 from .text import content_tokens, unit_text
-
-FOLD_SALT = "memsafe-train-fold-v1"
 
 
 @dataclass
@@ -215,7 +212,7 @@ class LexSet:
 
     def _crossfit_train_scores(self, views: Sequence[MemoryView]) -> list[np.ndarray]:
         """Evidence scores for training memories from the unit model fit on the other fold."""
-        fold = np.array([hash_rank(w.variant.base_id, FOLD_SALT) % 2 for w in views])
+        fold = np.array([train_fold(w.variant.base_id) for w in views])
         matrices = [self._unit_matrix(w) for w in views]
         scores: list[np.ndarray] = [np.empty(0)] * len(views)
         for k in (0, 1):

@@ -9,9 +9,8 @@ from sklearn.metrics.pairwise import cosine_similarity
 from memsafe_lib import construction as C
 from memsafe_lib.audit import by_split
 from memsafe_lib.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf, _state_thresholds
-from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.data.records import BaseQuery, Provenance, Unit
-from memsafe_lib.lexset import FOLD_SALT, LexSet
+from memsafe_lib.lexset import LexSet
 from memsafe_lib.metrics import macro_f1, unsafe_auroc
 from memsafe_lib.models import ALL_BASELINES, make_model
 
@@ -97,7 +96,7 @@ def test_lexset_localises_evidence(splits: dict[str, list[C.Variant]]) -> None:
 
 
 def test_lexset_crossfit_folds_split_train_questions(splits: dict[str, list[C.Variant]]) -> None:
-    folds = {v.base_id: hash_rank(v.base_id, FOLD_SALT) % 2 for v in splits["train"]}
+    folds = {v.base_id: C.train_fold(v.base_id) for v in splits["train"]}
     assert set(folds.values()) == {0, 1}  # both folds are populated, so each is scored by the other's model
 
 

@@ -1,0 +1,109 @@
+"""Stage A fine-tuning: evidence objective only, two folds, exact resume after a kill."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from memsafe_lib import construction as C
+from memsafe_lib import encoders as E
+from memsafe_lib import finetune as F
+from memsafe_lib.data.records import BaseQuery, Provenance, Unit
+
+TOPICS = ["volcano eruption lava", "violin orchestra concert", "glacier ice melting", "harbor ship cargo",
+          "comet orbit telescope", "orchid flower garden"]
+
+
+def query(i: int) -> BaseQuery:
+    """Evidence units talk about the question's topic; distractors about other topics."""
+    rng = np.random.default_rng(i)
+    topic = TOPICS[i % len(TOPICS)]
+    units = []
+    for pos in range(5):
+        is_ev = pos < 2
+        words = topic if is_ev else TOPICS[(i + 1 + pos) % len(TOPICS)]
+        units.append(Unit(f"f{i}:{pos}", f"Page {i}-{pos}", f"This page is about {words} number {rng.integers(99)}.",
+                          is_ev, pos))
+    return BaseQuery(f"f{i}", "synthetic", f"What do we know about the {topic}?", ("x",), tuple(units), True,
+                     Provenance("synthetic", i, "0" * 64))
+
+
+@pytest.fixture(scope="module")
+def variants() -> list[C.Variant]:
+    return C.build_size_matched([query(i) for i in range(12)]).variants
+
+
+@pytest.fixture(scope="module")
+def bi() -> E.BiEncoder:
+    return E.BiEncoder()
+
+
+def small_model(seed: int = 17) -> E.CrossEncoder:
+    return E.CrossEncoder(E.EncoderConfig(bf16=False, max_length=48), seed=seed)
+
+
+def test_folds_are_shared_and_balanced() -> None:
+    folds = Counter(C.train_fold(f"q{i}") for i in range(4000))
+    assert abs(folds[0] - 2000) < 150
+    assert C.train_fold("q7") == C.train_fold("q7")
+
+
+def test_training_pairs_are_unique_and_labelled_by_evidence(variants: list[C.Variant], bi: E.BiEncoder) -> None:
+    pairs, labels = F.training_pairs(variants, bi)
+    assert len(pairs) == len(set(pairs))
+    plain = {(v.question, E.unit_string(u.title, u.text)): u.is_evidence for v in variants for u in v.units}
+    for p, y in zip(pairs, labels, strict=True):
+        assert y == plain[(p.query, p.unit)]
+    capped, _ = F.training_pairs(variants, bi, max_pairs=10)
+    assert len(capped) == 10 and capped == F.training_pairs(variants, bi, max_pairs=10)[0]
+
+
+def test_one_epoch_learns_the_evidence_signal(variants: list[C.Variant], bi: E.BiEncoder) -> None:
+    pairs, labels = F.training_pairs(variants, bi, include_bridge=False)
+    model = small_model()
+    before = E.encode_pairs(model, pairs, None, progress=False)[1]
+    F.finetune(model, pairs, labels, F.FinetuneConfig(epochs=3, lr=1e-4, batch_size=8, bf16=False), progress=False)
+    after = E.encode_pairs(model, pairs, None, progress=False)[1]
+    assert roc_auc_score(labels, after) > max(0.9, roc_auc_score(labels, before))
+
+
+def test_killed_training_resumes_to_identical_weights(variants: list[C.Variant], bi: E.BiEncoder,
+                                                      tmp_path: Path) -> None:
+    pairs, labels = F.training_pairs(variants, bi, include_bridge=False)
+    assert len(pairs) > 3 * 8  # enough steps to be killed in the middle
+    config = F.FinetuneConfig(lr=5e-5, batch_size=8, bf16=False, checkpoint_every=1)
+    reference = small_model()
+    F.finetune(reference, pairs, labels, config, checkpoint_dir=None, progress=False)
+
+    def killed_at_step_two(step: int, loss: float) -> None:
+        if step == 2:
+            raise KeyboardInterrupt
+
+    model = small_model()
+    with pytest.raises(KeyboardInterrupt):
+        F.finetune(model, pairs, labels, config, checkpoint_dir=tmp_path, progress=False, on_step=killed_at_step_two)
+    assert len(list(tmp_path.glob("finetune-*.pt"))) == 1
+    resumed = small_model()
+    F.finetune(resumed, pairs, labels, config, checkpoint_dir=tmp_path, progress=False)
+    for (name, a), (_, b) in zip(reference.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_fold_encoding_uses_the_other_fold_and_averages_the_rest(variants: list[C.Variant], bi: E.BiEncoder) -> None:
+    enc0, enc1 = small_model(17), small_model(29)  # two different heads stand in for two tuned encoders
+    encoded = {e.variant_id: e for e in F.encode_with_folds((enc0, enc1), variants, bi, progress=False)}
+    for v in variants:
+        by0 = E.encode_variants(enc0, [v], bi, progress=False)[0]
+        by1 = E.encode_variants(enc1, [v], bi, progress=False)[0]
+        got = encoded[v.variant_id]
+        if v.split == "train":
+            expected = by1 if C.train_fold(v.base_id) == 0 else by0
+            assert np.allclose(got.plain_logit, expected.plain_logit)
+        else:
+            assert np.allclose(got.plain_logit, (by0.plain_logit + by1.plain_logit) / 2, atol=1e-6)
+            assert np.allclose(got.bridge, (by0.bridge + by1.bridge) / 2, atol=1e-6)
