@@ -1,0 +1,59 @@
+"""Stage A fine-tuning throughput (training pairs/s) on real data, for planning CPU budgets.
+
+    .venv/bin/python bench/bench_finetune.py --dataset musique --pairs 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import pandas as pd
+import torch
+
+from memsafe_lib import paths
+from memsafe_lib.audit import by_split
+from memsafe_lib.construction import build
+from memsafe_lib.encoders import BiEncoder, CrossEncoder, EncoderConfig
+from memsafe_lib.evaluate import write_csv
+from memsafe_lib.finetune import FinetuneConfig, finetune, training_pairs
+from memsafe_lib.io import write_json
+from memsafe_lib.ledger import record_run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="musique")
+    parser.add_argument("--pairs", type=int, default=256)
+    parser.add_argument("--scale", default="cpu")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--fp32", action="store_true")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+
+    loaded, result = build(args.dataset, "size-matched", args.scale)
+    train = by_split(result.variants)["train"]
+    config = EncoderConfig(device=args.device, bf16=not args.fp32)
+    bi = BiEncoder(config)
+    all_pairs, _ = training_pairs(train, bi)
+    pairs, labels = training_pairs(train, bi, max_pairs=args.pairs)
+    model = CrossEncoder(config)
+    start = time.perf_counter()
+    losses = finetune(model, pairs, labels, FinetuneConfig(batch_size=args.batch_size, bf16=not args.fp32))
+    seconds = time.perf_counter() - start
+    report = {"dataset": args.dataset, "device": args.device, "bf16": not args.fp32, "batch_size": args.batch_size,
+              "threads": torch.get_num_threads(), "pairs_trained": len(pairs), "seconds": seconds,
+              "train_pairs_per_s": len(pairs) / seconds, "unique_training_pairs_cpu_scale": len(all_pairs),
+              "estimated_minutes_one_epoch_all_pairs": len(all_pairs) / (len(pairs) / seconds) / 60,
+              "first_loss": losses[0], "last_loss": losses[-1]}
+    stem = paths.output_dir(args.scale, "bench") / f"finetune_{'fp32' if args.fp32 else 'bf16'}_{args.device}"
+    out = write_json(stem.with_suffix(".json"), report)
+    table = write_csv(stem.with_suffix(".csv"), pd.DataFrame([report]))
+    record_run("bench:finetune", args.scale, raw_files=loaded.files, settings=vars(args), outputs=[out, table],
+               metrics=report)
+    for key, value in report.items():
+        print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()
