@@ -37,7 +37,7 @@ test: install
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider artifacts/smoke/*/*.ipynb
 
 lint: install
-	$(BIN)/ruff check memsafe_lib tests notebooks
+	$(BIN)/ruff check memsafe_lib tests notebooks bench
 
 clean-smoke:
 	rm -rf artifacts/smoke

@@ -16,10 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import pandas as pd
 import torch
+from report import save_report  # bench/report.py (scripts run from bench/)
 
-from memsafe_lib import paths
 from memsafe_lib.construction import build
 from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.encoders import (
@@ -31,9 +30,6 @@ from memsafe_lib.encoders import (
     encode_pairs,
     variant_pairs,
 )
-from memsafe_lib.evaluate import write_csv
-from memsafe_lib.io import write_json
-from memsafe_lib.ledger import record_run
 
 
 def main() -> None:
@@ -85,14 +81,7 @@ def main() -> None:
         "padding_overhead": cached.padded_tokens / max(cached.tokens, 1) - 1,
         "pairs_per_s": cached.encoded / max(cached.seconds, 1e-9),
     }
-    stem = paths.output_dir(args.scale, "bench") / f"encoder_{'fp32' if args.fp32 else 'bf16'}_{args.device}"
-    out = write_json(stem.with_suffix(".json"), report)
-    table = write_csv(stem.with_suffix(".csv"), pd.DataFrame([report]))
-    record_run("bench:encoder", args.scale, raw_files=loaded.files, settings=vars(args), outputs=[out, table],
-               metrics=report)
-    for key, value in report.items():
-        print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
-
+    save_report("encoder", f"encoder_{'fp32' if args.fp32 else 'bf16'}_{args.device}", args, loaded.files, report)
 
 if __name__ == "__main__":
     main()

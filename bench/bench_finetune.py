@@ -8,17 +8,13 @@ from __future__ import annotations
 import argparse
 import time
 
-import pandas as pd
 import torch
+from report import save_report  # bench/report.py (scripts run from bench/)
 
-from memsafe_lib import paths
 from memsafe_lib.audit import by_split
 from memsafe_lib.construction import build
 from memsafe_lib.encoders import BiEncoder, CrossEncoder, EncoderConfig
-from memsafe_lib.evaluate import write_csv
 from memsafe_lib.finetune import FinetuneConfig, finetune, training_pairs
-from memsafe_lib.io import write_json
-from memsafe_lib.ledger import record_run
 
 
 def main() -> None:
@@ -46,14 +42,7 @@ def main() -> None:
               "train_pairs_per_s": len(pairs) / seconds, "unique_training_pairs_cpu_scale": len(all_pairs),
               "estimated_minutes_one_epoch_all_pairs": len(all_pairs) / (len(pairs) / seconds) / 60,
               "first_loss": losses[0], "last_loss": losses[-1]}
-    stem = paths.output_dir(args.scale, "bench") / f"finetune_{'fp32' if args.fp32 else 'bf16'}_{args.device}"
-    out = write_json(stem.with_suffix(".json"), report)
-    table = write_csv(stem.with_suffix(".csv"), pd.DataFrame([report]))
-    record_run("bench:finetune", args.scale, raw_files=loaded.files, settings=vars(args), outputs=[out, table],
-               metrics=report)
-    for key, value in report.items():
-        print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
-
+    save_report("finetune", f"finetune_{'fp32' if args.fp32 else 'bf16'}_{args.device}", args, loaded.files, report)
 
 if __name__ == "__main__":
     main()

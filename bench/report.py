@@ -1,0 +1,27 @@
+"""Shared tail of every benchmark: one-row JSON and CSV under artifacts/<scale>/bench/, a
+ledger entry, and a readable print-out."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from memsafe_lib import paths
+from memsafe_lib.data.records import RawFile
+from memsafe_lib.evaluate import write_csv
+from memsafe_lib.io import write_json
+from memsafe_lib.ledger import record_run
+
+
+def save_report(kind: str, name: str, args: argparse.Namespace, raw_files: Iterable[RawFile],
+                report: dict[str, Any]) -> None:
+    stem = paths.output_dir(args.scale, "bench") / name
+    out = write_json(stem.with_suffix(".json"), report)
+    table = write_csv(stem.with_suffix(".csv"), pd.DataFrame([report]))
+    record_run(f"bench:{kind}", args.scale, raw_files=raw_files, settings=vars(args), outputs=[out, table],
+               metrics=report)
+    for key, value in report.items():
+        print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
