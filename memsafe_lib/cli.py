@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import paths
 from .errors import DataFormatError
+from .io import atomic_open
 
 
 def _add_scale(p: argparse.ArgumentParser) -> None:
@@ -104,12 +105,39 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import run_evaluation
-    from .models import ALL_BASELINES
+    from .models import model_group
 
-    models = list(ALL_BASELINES) if args.models == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
+    models = [m for part in args.models.split(",") if part.strip() for m in model_group(part.strip())]
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(paths.scale_config(args.scale).seeds)
-    files = run_evaluation(args.dataset, models, seeds, args.scale, args.construction)
+    files = run_evaluation(args.dataset, models, seeds, args.scale, args.construction, device=args.device)
     print(json.dumps({k: str(v) for k, v in files.items()}, indent=2))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .encoders import default_device
+    from .training import train_gate
+
+    path = train_gate(args.dataset, args.scale, args.seed, Path(args.out) if args.out else None,
+                      device=args.device or default_device())
+    print(f"saved gate: {path}")
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from .gate import Gate, read_memories
+
+    memories = read_memories(args.input)  # validated before the (slow) model load
+    gate = Gate.load(args.gate, device=args.device or "cpu")
+    lines = []
+    for memory, out in zip(memories, gate.score_many(memories, progress=True), strict=True):
+        lines.append(json.dumps({"id": memory.get("id"), **out.to_dict()}))
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        with atomic_open(Path(args.out), "w") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -136,6 +164,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     print(f"updated {update_report()}")
     return 0
+
+
+def _add_device(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default=None, help="torch device for the neural models (default: cuda if available)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,11 +203,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="fit and score models; one metrics row per (model, seed, split)")
     p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
-    p.add_argument("--models", default="all", help="comma-separated names, or 'all' baselines and controls")
+    p.add_argument("--models", default="all",
+                   help="comma-separated names or groups: 'baselines' (lexical + controls), 'neural', 'all'")
     p.add_argument("--seeds", default=None, help="comma-separated; default: the scale's seeds")
     p.add_argument("--construction", choices=CONSTRUCTIONS, default="size-matched")
+    _add_device(p)
     _add_scale(p)
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("train", help="fit MemSafe on a dataset and save it as a gate (safetensors + config)")
+    p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
+    p.add_argument("--seed", type=int, default=None, help="default: the scale's first seed")
+    p.add_argument("--out", default=None, help="gate directory (default: artifacts/<scale>/gates/<dataset>-seed<k>)")
+    _add_device(p)
+    _add_scale(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("score", help="score memories (JSON Lines) with a saved gate; JSON Lines out")
+    p.add_argument("--gate", required=True, help="gate directory written by `memsafe train`")
+    p.add_argument("--input", required=True,
+                   help='JSON Lines: {"id"?, "query": str, "units": [str | {"title", "text"}], '
+                        '"source_positions"?, "source_units"?}')
+    p.add_argument("--out", default=None, help="output .jsonl (default: stdout)")
+    _add_device(p)
+    p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("summarize", help="seed means, bootstrap intervals, Wilcoxon, gates and H1-H5 of evaluate runs")
     p.add_argument("--resamples", type=int, default=1000)

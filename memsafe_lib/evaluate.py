@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -36,8 +36,11 @@ from .metrics import (
     missing_count_mae,
     unsafe_auroc,
 )
-from .models import make_model
+from .models import is_neural, make_model
 from .selective import selective_report
+
+if TYPE_CHECKING:
+    from .training import NeuralContext
 
 EVAL_SPLITS: tuple[str, ...] = ("validation", "test")
 RISK_TARGET = 0.05
@@ -82,7 +85,7 @@ def _cache_key(dataset: str, construction: str, model: str, seed: int, result: C
 
 
 def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cache_dir: Path | None,
-                    key: str | None) -> FitResult:
+                    key: str | None, context: NeuralContext | None = None) -> FitResult:
     """Fit ``model`` with ``seed`` on train (selecting on validation) and predict the
     evaluation splits, reusing a cached result when one exists for the same inputs."""
     path = cache_dir / f"{model}-{seed}-{key}.pkl" if cache_dir and key else None
@@ -90,7 +93,7 @@ def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cac
         with open(path, "rb") as fh:
             return pickle.load(fh)
     start = time.perf_counter()
-    estimator = make_model(model, seed).fit(splits["train"], splits.get("validation"))
+    estimator = make_model(model, seed, context).fit(splits["train"], splits.get("validation"))
     predictions = {s: estimator.predict(splits[s]) for s in EVAL_SPLITS if splits.get(s)}
     result = FitResult(model, seed, bool(estimator.deterministic), dict(getattr(estimator, "config", {}) or {}),
                        time.perf_counter() - start, predictions)
@@ -107,8 +110,11 @@ def evaluate(
     *,
     cache_dir: Path | None = None,
     progress: bool = True,
+    context: NeuralContext | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    """Return (metrics rows, per-variant predictions, test error taxonomies)."""
+    """Return (metrics rows, per-variant predictions, test error taxonomies).
+
+    Neural models need ``context`` (Stage A encodings and the Stage B configuration)."""
     splits = by_split(result.variants)
     if not splits.get("train"):
         raise ValueError(f"{result.dataset}/{result.construction}: no training variants")
@@ -119,7 +125,7 @@ def evaluate(
         done = fitted.get(model)
         if done is None or not done.deterministic:
             key = _cache_key(result.dataset, result.construction, model, seed, result)
-            done = fit_and_predict(model, seed, splits, cache_dir, key)
+            done = fit_and_predict(model, seed, splits, cache_dir, key, context)
             fitted[model] = done
         base = {"dataset": result.dataset, "construction": result.construction, "model": model, "seed": seed,
                 "deterministic": done.deterministic, "fitted_seed": done.seed, "config": json.dumps(done.config),
@@ -162,22 +168,36 @@ def write_csv(path: Path, frame: pd.DataFrame) -> Path:
 
 
 def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], scale: str,
-                   construction: str = "size-matched", progress: bool = True) -> dict[str, Path]:
-    """Everything ``memsafe evaluate`` does: build, fit, score, write, ledger."""
+                   construction: str = "size-matched", progress: bool = True,
+                   device: str | None = None) -> dict[str, Path]:
+    """Everything ``memsafe evaluate`` does: build, (run Stage A,) fit, score, write, ledger."""
     loaded, result = build(dataset, construction, scale)
     out = paths.output_dir(scale, "evaluate") / dataset / construction
     cache = out / ".cache"
-    metrics, predictions, taxonomy = evaluate(result, models, seeds, cache_dir=cache, progress=progress)
+    context = None
+    neural_settings: dict[str, Any] = {}
+    if any(is_neural(m) for m in models):
+        from .encoders import default_device
+        from .training import build_context, context_summary
+
+        context = build_context(result, scale, seeds, device=device or default_device(), progress=progress)
+        summary = context_summary(context)
+        neural_settings = {"budget": summary["budget"], "stage_b": summary["stage_b"]}
+    metrics, predictions, taxonomy = evaluate(result, models, seeds, cache_dir=cache, progress=progress,
+                                              context=context)
     files = {
         "metrics": write_csv(out / "metrics.csv", metrics),
         "predictions": write_csv(out / "predictions.csv.gz", predictions),
         "taxonomy": write_json(out / "taxonomy.json", taxonomy),
     }
-    summary = metrics[metrics["split"] == "test"].groupby("model")[["unsafe_auroc", "macro_f1"]].mean().round(4)
+    if neural_settings:
+        files["neural"] = write_json(out / "neural.json", summary)
+    means = metrics[metrics["split"] == "test"].groupby("model")[["unsafe_auroc", "macro_f1"]].mean().round(4)
     record_run(f"evaluate:{dataset}", scale, raw_files=loaded.files,
                settings={"dataset": dataset, "construction": construction, "models": list(models),
-                         "seeds": list(seeds), "data": data_fingerprint(loaded.files)},
-               outputs=files.values(), metrics={"test_mean": summary.to_dict(orient="index")})
+                         "seeds": list(seeds), "data": data_fingerprint(loaded.files), **neural_settings},
+               outputs=files.values(), metrics={"test_mean": means.to_dict(orient="index"),
+                                                **({"stage_a": summary["stage_a"]} if context else {})})
     return files
 
 

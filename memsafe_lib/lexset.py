@@ -140,23 +140,16 @@ class _SetHeads:
 
 
 @dataclass
-class LexSet:
-    seed: int = 17
-    name: str = "lexset"
-    deterministic: bool = False
+class UnitFeaturizer:
+    """Per-unit lexical, position and rank features of a memory: LexSet's unit inputs, and
+    part of MemSafe's unit tokens. Corpus statistics are fit on the training split; each
+    unique (question, unit) pair is featurised once per instance."""
+
     unit_groups: tuple[UnitGroup, ...] = UNIT_FEATURE_GROUPS
-    set_groups: tuple[SetGroup, ...] = SET_FEATURE_GROUPS
-    grid: tuple[dict[str, Any], ...] = GRID
-    config: dict[str, Any] = field(default_factory=dict)
-    selection_scores: list[dict[str, Any]] = field(default_factory=list)
-    _stats: PairStats | None = None
-    _unit_model: HistGradientBoostingClassifier | None = None
-    _heads: _SetHeads | None = None
+    stats: PairStats | None = None
     _pair_cache: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
 
-    # -- features
-
-    def _fit_stats(self, train: Sequence[Variant]) -> None:
+    def fit(self, train: Sequence[Variant]) -> UnitFeaturizer:
         units = {u.unit_id: unit_text(u.title, u.text) for v in train for u in v.units}
         vectorizer = TfidfVectorizer(sublinear_tf=True, dtype=np.float32).fit(
             [*units.values(), *{v.question for v in train}])
@@ -168,11 +161,14 @@ class LexSet:
             lengths.append(len(tokens))
             df.update(set(tokens))
         idf = {t: math.log(1 + (n_docs - c + 0.5) / (c + 0.5)) for t, c in df.items()}
-        self._stats = PairStats(vectorizer, idf, float(np.mean(lengths)) if lengths else 1.0)
+        self.stats = PairStats(vectorizer, idf, float(np.mean(lengths)) if lengths else 1.0)
+        self._pair_cache.clear()
+        return self
 
-    def _views(self, variants: Sequence[Variant]) -> list[MemoryView]:
+    def views(self, variants: Sequence[Variant]) -> list[MemoryView]:
         """Pair features for every unit; each unique (question, unit) pair is computed once."""
-        assert self._stats is not None
+        if self.stats is None:
+            raise RuntimeError("UnitFeaturizer: call fit() first")
         todo = {}
         for v in variants:
             for u in v.units:
@@ -181,16 +177,59 @@ class LexSet:
                     todo[key] = (v.question, u.title, u.text)
         if todo:
             keys = list(todo)
-            q = self._stats.vectorizer.transform([todo[k][0] for k in keys])
-            u = self._stats.vectorizer.transform([unit_text(todo[k][1], todo[k][2]) for k in keys])
+            q = self.stats.vectorizer.transform([todo[k][0] for k in keys])
+            u = self.stats.vectorizer.transform([unit_text(todo[k][1], todo[k][2]) for k in keys])
             cosine = np.asarray(q.multiply(u).sum(axis=1)).ravel()
             for k, c in zip(keys, cosine, strict=True):
-                self._pair_cache[k] = lexical_pair_features(*todo[k], float(c), self._stats)
+                self._pair_cache[k] = lexical_pair_features(*todo[k], float(c), self.stats)
         return [MemoryView(v, np.array([self._pair_cache[(v.question, u.unit_id, u.text)] for u in v.units]))
                 for v in variants]
 
-    def _unit_matrix(self, view: MemoryView) -> np.ndarray:
+    def unit_matrix(self, view: MemoryView) -> np.ndarray:
         return np.column_stack([g(view) for g in self.unit_groups])
+
+    def __call__(self, variants: Sequence[Variant]) -> list[np.ndarray]:
+        """(n_units, n_features) per variant."""
+        return [self.unit_matrix(w) for w in self.views(variants)]
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-ready statistics (vocabulary, idf weights), so a saved gate needs no pickle."""
+        assert self.stats is not None
+        vec = self.stats.vectorizer
+        return {"vocabulary": {t: int(i) for t, i in vec.vocabulary_.items()},
+                "tfidf_idf": [float(x) for x in vec.idf_], "bm25_idf": self.stats.idf,
+                "avg_len": self.stats.avg_len}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> UnitFeaturizer:
+        vec = TfidfVectorizer(sublinear_tf=True, dtype=np.float32, vocabulary=state["vocabulary"])
+        vec.idf_ = np.asarray(state["tfidf_idf"], dtype=np.float64)
+        return cls(stats=PairStats(vec, dict(state["bm25_idf"]), float(state["avg_len"])))
+
+
+@dataclass
+class LexSet:
+    seed: int = 17
+    name: str = "lexset"
+    deterministic: bool = False
+    unit_groups: tuple[UnitGroup, ...] = UNIT_FEATURE_GROUPS
+    set_groups: tuple[SetGroup, ...] = SET_FEATURE_GROUPS
+    grid: tuple[dict[str, Any], ...] = GRID
+    config: dict[str, Any] = field(default_factory=dict)
+    selection_scores: list[dict[str, Any]] = field(default_factory=list)
+    _features: UnitFeaturizer | None = None
+    _unit_model: HistGradientBoostingClassifier | None = None
+    _heads: _SetHeads | None = None
+
+    # -- features
+
+    def _views(self, variants: Sequence[Variant]) -> list[MemoryView]:
+        assert self._features is not None
+        return self._features.views(variants)
+
+    def _unit_matrix(self, view: MemoryView) -> np.ndarray:
+        assert self._features is not None
+        return self._features.unit_matrix(view)
 
     def _set_row(self, view: MemoryView, scores: np.ndarray) -> list[float]:
         return [x for g in self.set_groups for x in g(view, scores)]
@@ -225,7 +264,7 @@ class LexSet:
     # -- estimator interface
 
     def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> LexSet:
-        self._fit_stats(train)
+        self._features = UnitFeaturizer(self.unit_groups).fit(train)
         views = self._views(train)
         train_scores = self._crossfit_train_scores(views)
         self._unit_model = self._fit_unit_model(views)

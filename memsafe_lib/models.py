@@ -1,15 +1,22 @@
-"""Every estimator by name: the surface controls and the lexical baselines.
+"""Every estimator by name: surface controls, lexical baselines and the neural models.
 
 A factory takes the seed, so seeded models (LexSet) and deterministic ones share one call.
+Neural models also need a :class:`~memsafe_lib.training.NeuralContext` (Stage A encodings,
+the selected Stage B configuration); :func:`make_model` says so when it is missing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf
 from .controls import CONTROLS, Estimator
 from .lexset import LexSet
+from .memsafe import MemSafe, RelevanceAggregation
+
+if TYPE_CHECKING:
+    from .training import NeuralContext
 
 MODELS: dict[str, Callable[[int], Estimator]] = {
     **{name: (lambda seed, f=factory: f()) for name, factory in CONTROLS.items()},
@@ -19,13 +26,45 @@ MODELS: dict[str, Callable[[int], Estimator]] = {
     "retrieval_sim": lambda seed: RetrievalSimilarity(),
 }
 
+NEURAL_MODELS: dict[str, Callable[[int, NeuralContext], Estimator]] = {
+    "memsafe": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config()),
+    "mean_pool": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(attention=False),
+                                           name="mean_pool"),
+    "relevance_agg": lambda seed, ctx: RelevanceAggregation(ctx.encodings(seed)),
+}
+"""Models over Stage A encodings (the same encodings for all of them at a given seed)."""
+
 BASELINES: tuple[str, ...] = ("tfidf", "sc_tfidf", "lexset", "retrieval_sim")
 ALL_BASELINES: tuple[str, ...] = (*BASELINES, *CONTROLS)
 """The non-neural rows of Table "main"."""
+MAIN_NEURAL: tuple[str, ...] = tuple(NEURAL_MODELS)
 
 
-def make_model(name: str, seed: int) -> Estimator:
+MODEL_GROUPS: dict[str, tuple[str, ...]] = {
+    "baselines": ALL_BASELINES, "neural": MAIN_NEURAL, "all": (*MAIN_NEURAL, *ALL_BASELINES)}
+
+
+def model_group(name: str) -> tuple[str, ...]:
+    """A group name expanded, or a single model name checked."""
+    if name in MODEL_GROUPS:
+        return MODEL_GROUPS[name]
+    if name not in MODELS and name not in NEURAL_MODELS:
+        raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS) + sorted(NEURAL_MODELS)} "
+                         f"or a group {sorted(MODEL_GROUPS)}")
+    return (name,)
+
+
+def is_neural(name: str) -> bool:
+    return name in NEURAL_MODELS
+
+
+def make_model(name: str, seed: int, context: NeuralContext | None = None) -> Estimator:
+    if name in NEURAL_MODELS:
+        if context is None:
+            raise ValueError(f"model {name!r} needs Stage A encodings: build a NeuralContext "
+                             "(memsafe_lib.training.build_context) and pass it")
+        return NEURAL_MODELS[name](seed, context)
     try:
         return MODELS[name](seed)
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS)}") from None
+        raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS) + sorted(NEURAL_MODELS)}") from None

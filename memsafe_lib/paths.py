@@ -43,6 +43,27 @@ def ledger_file() -> Path:
 
 
 @dataclass(frozen=True)
+class NeuralBudget:
+    """What the neural models may spend at a scale. The paper's settings are the defaults;
+    the CPU scales cap what would take hours on 2 cores, and say so in every artifact."""
+
+    encoder_seeds: tuple[int, ...] = (17, 29, 43)
+    """Seeds that fine-tune their own Stage A encoders; any other Stage B seed reuses one of
+    them (paper: 71 -> 17, 101 -> 29), see :func:`encoder_seed_for`."""
+    max_length: int = 256
+    """Tokens per (query, unit) pair."""
+    finetune_max_pairs: int | None = None
+    """Training pairs per fold encoder (a hash-ordered subset); None = all (one epoch)."""
+    stage_b_epochs: int = 30
+    full_grid: bool = True
+    """Run the 8-point Stage B grid on MuSiQue validation (else the default point only)."""
+    concat_max_train: int | None = None
+    """Training memories for the concatenated cross-encoder; None = all."""
+    judge_max_base_queries: int | None = None
+    """Base questions (of the test split, hash order) the LLM judge scores; None = all."""
+
+
+@dataclass(frozen=True)
 class ScaleConfig:
     """What a scale means. One code path serves all three; only these numbers change."""
 
@@ -53,7 +74,7 @@ class ScaleConfig:
     seeds: tuple[int, ...]
     datasets: tuple[str, ...] = FAMILY_A_DATASETS
     description: str = ""
-    extra: dict[str, object] = field(default_factory=dict)
+    neural: NeuralBudget = field(default_factory=NeuralBudget)
 
 
 SCALES: dict[str, ScaleConfig] = {
@@ -62,12 +83,18 @@ SCALES: dict[str, ScaleConfig] = {
         max_base_queries=150,
         seeds=(17,),
         description="CI: every notebook on small real subsets, minutes on 2 CPU cores.",
+        neural=NeuralBudget(encoder_seeds=(17,), max_length=128, finetune_max_pairs=192, stage_b_epochs=8,
+                            full_grid=False, concat_max_train=96, judge_max_base_queries=8),
     ),
     "cpu": ScaleConfig(
         name="cpu",
         max_base_queries=None,
         seeds=(17, 29, 43),
         description="All real data present under MEMSAFE_DATA_DIR, about an hour on 2 cores.",
+        # One fine-tuned encoder pair (seed 17) shared by the three Stage B seeds, as the
+        # paper's ablations do; 1,500 training pairs per fold instead of a full epoch.
+        neural=NeuralBudget(encoder_seeds=(17,), finetune_max_pairs=1500, concat_max_train=600,
+                            judge_max_base_queries=40),
     ),
     "paper": ScaleConfig(
         name="paper",
@@ -78,6 +105,16 @@ SCALES: dict[str, ScaleConfig] = {
 }
 
 DEFAULT_SCALE = "cpu"
+
+
+def encoder_seed_for(seed: int, encoder_seeds: tuple[int, ...]) -> int:
+    """The Stage A encoder a Stage B seed uses: its own if it has one, else the paper's reuse
+    rule by position in the seed list (17, 29, 43, 71 -> 17, 101 -> 29)."""
+    if seed in encoder_seeds:
+        return seed
+    paper_seeds = SCALES["paper"].seeds
+    position = paper_seeds.index(seed) if seed in paper_seeds else seed
+    return encoder_seeds[position % len(encoder_seeds)]
 
 
 def scale_config(name: str) -> ScaleConfig:

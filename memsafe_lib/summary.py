@@ -26,7 +26,16 @@ BASELINE_COMPARISONS: tuple[tuple[str, str], ...] = (
     ("tfidf", "text_length"),
     ("lexset", "retrieval_sim"),
 )
-"""Pairs compared with the paired bootstrap until the neural models exist (then: MemSafe vs these)."""
+NEURAL_COMPARISONS: tuple[tuple[str, str], ...] = (
+    ("memsafe", "lexset"),
+    ("memsafe", "tfidf"),
+    ("memsafe", "mean_pool"),
+    ("memsafe", "relevance_agg"),
+    ("mean_pool", "relevance_agg"),
+)
+"""H1 (MemSafe vs mean pooling) and H2 (MemSafe vs LexSet and TF-IDF) read these intervals."""
+COMPARISONS = (*NEURAL_COMPARISONS, *BASELINE_COMPARISONS)
+"""Pairs compared with the paired bootstrap wherever both models were evaluated."""
 
 INTERVAL_COLUMNS = ("dataset", "construction", "model_a", "model_b", "metric", "estimate", "lo", "hi",
                     "n_resamples", "n_redrawn", "n_seeds", "excludes_zero")
@@ -116,12 +125,12 @@ def summarize(scale: str, n_resamples: int = 1000) -> dict[str, Path]:
     metrics = load_metrics(scale)
     out = paths.artifacts_dir() / scale / "evaluate"
     summary = summary_table(metrics)
-    intervals = pd.concat([bootstrap_intervals(d, BASELINE_COMPARISONS, n_resamples) for d in evaluation_dirs(scale)],
+    intervals = pd.concat([bootstrap_intervals(d, COMPARISONS, n_resamples) for d in evaluation_dirs(scale)],
                           ignore_index=True)
     per_seed = metrics[(metrics.split == "test") & (metrics.construction == "size-matched")]
     wilcoxon = []
     for dataset, group in per_seed.groupby("dataset"):
-        comps = [(a, b, m) for a, b in BASELINE_COMPARISONS for m in ("unsafe_auroc", "macro_f1")
+        comps = [(a, b, m) for a, b in COMPARISONS for m in ("unsafe_auroc", "macro_f1")
                  if {a, b} <= set(group.model)]
         if comps:
             wilcoxon.append(wilcoxon_holm(group, comps).assign(dataset=dataset))
@@ -136,7 +145,7 @@ def summarize(scale: str, n_resamples: int = 1000) -> dict[str, Path]:
         "gates": write_csv(out / "smoke_gates.csv", gates),
         "hypotheses": write_csv(out / "hypotheses.csv", hypotheses),
     }
-    record_run("summarize", scale, settings={"n_resamples": n_resamples, "comparisons": BASELINE_COMPARISONS,
+    record_run("summarize", scale, settings={"n_resamples": n_resamples, "comparisons": COMPARISONS,
                                              "inputs": [str(d.relative_to(paths.artifacts_dir())) for d in
                                                         evaluation_dirs(scale)]},
                outputs=files.values(), metrics={"gates": gates.set_index("id")["status"].to_dict(),

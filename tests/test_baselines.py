@@ -103,7 +103,7 @@ def test_lexset_crossfit_folds_split_train_questions(splits: dict[str, list[C.Va
 def test_lexset_computes_each_pair_once(splits: dict[str, list[C.Variant]]) -> None:
     model = LexSet(seed=17).fit(splits["train"][:60])
     pairs = {(v.question, u.unit_id, u.text) for v in splits["train"][:60] for u in v.units}
-    assert set(model._pair_cache) == pairs  # one entry per unique (question, unit) pair
+    assert set(model._features._pair_cache) == pairs  # one entry per unique (question, unit) pair
     n_units = sum(len(v.units) for v in splits["train"][:60])
     assert len(pairs) < n_units  # variants of a question share units
 
@@ -156,7 +156,7 @@ def test_lexset_features_do_not_depend_on_string_hashing() -> None:
     code = ("import hashlib, numpy as np\n"
             "from memsafe_lib import construction as C\n"
             "from memsafe_lib.data.records import BaseQuery, Provenance, Unit\n"
-            "from memsafe_lib.lexset import LexSet\n"
+            "from memsafe_lib.lexset import LexSet, UnitFeaturizer\n"
             "rng = np.random.default_rng(0)\n"
             "vocab = [f'w{k}' for k in range(300)]\n"
             "def query(i):\n"
@@ -164,7 +164,7 @@ def test_lexset_features_do_not_depend_on_string_hashing() -> None:
             "    units = tuple(Unit(f'q{i}:{j}', f't{j}', words(60), j < 2, j) for j in range(8))\n"
             "    return BaseQuery(f'q{i}', 's', words(25), ('a',), units, True, Provenance('s', i, '0'))\n"
             "vs = C.build_size_matched([query(i) for i in range(30)]).variants\n"
-            "m = LexSet(seed=17); m._fit_stats(vs)\n"
+            "m = LexSet(seed=17); m._features = UnitFeaturizer().fit(vs)\n"
             "print(hashlib.sha256(np.vstack([w.pair for w in m._views(vs)]).tobytes()).hexdigest())\n")
     digests = {
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

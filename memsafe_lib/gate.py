@@ -1,0 +1,218 @@
+"""A trained MemSafe model as a self-contained sufficiency gate for your own agent.
+
+    gate = Gate.load("artifacts/cpu/gates/musique-seed17")
+    out = gate.score("Who founded the company that makes X?", ["Title: unit text", ...])
+    out.unsafe_prob, out.state_probs, out.unit_evidence, out.missing_count
+
+A gate directory holds ``config.json`` (settings, feature statistics, fingerprint of the
+code, data and settings that produced it), ``set_model.safetensors`` (Stage B and the
+token standardisation) and the two fold encoders (``encoder_fold{0,1}.safetensors``); new
+memories are embedded like test memories, by the average of both fold encoders.
+
+Inputs a gate cannot know: the position of each unit in the agent's full history and the
+history's size (provenance). Pass them if you have them; otherwise a unit's memory
+position stands in for its source position and the memory is taken as the whole history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .construction import COMPLETE, STATES, MemoryUnit, Variant
+from .encoders import BiEncoder, CrossEncoder, EncoderConfig, encode_variants
+from .errors import DataFormatError
+from .finetune import average
+from .io import atomic_open
+from .lexset import UnitFeaturizer
+from .memsafe import MemSafe, Standardizer, TokenBuilder
+from .setmodel import SetModel, SetModelConfig, predict_sets
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class GateOutput:
+    unsafe_prob: float
+    """Probability that the memory is not complete for the query."""
+    state_probs: dict[str, float]
+    unit_evidence: list[float]
+    """Per unit, in input order: probability that it carries required evidence."""
+    missing_count: float
+    """Estimated number of required evidence units absent from the memory."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _unit(u: Any, i: int) -> tuple[str, str]:
+    if isinstance(u, str):
+        return "", u
+    if isinstance(u, Mapping) and isinstance(u.get("text"), str):
+        return str(u.get("title", "")), u["text"]
+    raise TypeError(f"unit {i} must be a string or an object with a 'text' string")
+
+
+def memory_variant(query: str, units: Sequence[Any], source_positions: Sequence[int] | None = None,
+                   source_units: int | None = None, memory_id: str = "memory") -> Variant:
+    """A new memory in the form the estimator reads; labels are placeholders, never used."""
+    pairs = [_unit(u, i) for i, u in enumerate(units)]
+    positions = list(source_positions) if source_positions is not None else list(range(len(pairs)))
+    if len(positions) != len(pairs):
+        raise ValueError(f"{len(positions)} source positions for {len(pairs)} units")
+    size = source_units if source_units is not None else max(len(pairs), max(positions, default=-1) + 1)
+    mem = tuple(MemoryUnit(hashlib.sha256(f"{t}\x1f{x}".encode()).hexdigest()[:16], t, x, False, i, p)
+                for i, ((t, x), p) in enumerate(zip(pairs, positions, strict=True)))
+    return Variant(memory_id, memory_id, "user", "gate", COMPLETE, "test", 0, query, (), mem, 0, size)
+
+
+class Gate:
+    def __init__(self, config: dict[str, Any], encoders: tuple[CrossEncoder, CrossEncoder], bi: BiEncoder,
+                 tokens: TokenBuilder, model: SetModel) -> None:
+        self.config = config
+        self.encoders = encoders
+        self.bi = bi
+        self.tokens = tokens
+        self.model = model
+
+    # -- building and saving
+
+    @classmethod
+    def from_estimator(cls, estimator: MemSafe, encoders: tuple[CrossEncoder, CrossEncoder], bi: BiEncoder,
+                       metadata: Mapping[str, Any]) -> Gate:
+        if estimator.model is None or estimator.tokens is None:
+            raise ValueError("the estimator is not fitted")
+        config = {"format_version": FORMAT_VERSION, "encoder": asdict(encoders[0].config),
+                  "set_model": asdict(estimator.model.config), "bridge": estimator.bridge,
+                  "lexical": estimator.tokens.lexical, "seed": estimator.seed, "states": list(STATES),
+                  "unit_dim": int(estimator.tokens.unit_scale.mean.shape[0]),  # type: ignore[union-attr]
+                  "provenance_dim": int(estimator.tokens.provenance_scale.mean.shape[0]),  # type: ignore[union-attr]
+                  **dict(metadata)}
+        return cls(config, encoders, bi, estimator.tokens, estimator.model)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the gate directory; each file is written atomically."""
+        from safetensors.torch import save
+
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        tensors = {f"model.{k}": v.contiguous() for k, v in self.model.state_dict().items()}
+        assert self.tokens.unit_scale is not None and self.tokens.provenance_scale is not None
+        for name, scale in (("unit", self.tokens.unit_scale), ("provenance", self.tokens.provenance_scale)):
+            tensors[f"scale.{name}.mean"] = torch.from_numpy(scale.mean)
+            tensors[f"scale.{name}.std"] = torch.from_numpy(scale.std)
+        with atomic_open(out / "set_model.safetensors", "wb") as fh:
+            fh.write(save(tensors))
+        for k, enc in enumerate(self.encoders):
+            with atomic_open(out / f"encoder_fold{k}.safetensors", "wb") as fh:
+                fh.write(save({n: t.contiguous() for n, t in enc.state_dict().items()}))
+        config = dict(self.config)
+        if self.tokens.featurizer is not None:
+            config["featurizer"] = self.tokens.featurizer.state_dict()
+        with atomic_open(out / "config.json", "w") as fh:
+            json.dump(config, fh, indent=1, sort_keys=True)
+        return out
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "cpu", encoder_model: str | None = None) -> Gate:
+        """Load a gate directory. ``encoder_model`` overrides where the encoder architecture
+        and tokenizer come from (the weights always come from the gate)."""
+        from safetensors.torch import load_file
+
+        root = Path(path)
+        cfg_file = root / "config.json"
+        if not cfg_file.is_file():
+            raise FileNotFoundError(f"{root} is not a gate directory (no config.json)")
+        config = json.loads(cfg_file.read_text())
+        if config.get("format_version") != FORMAT_VERSION:
+            raise DataFormatError(cfg_file, f"gate format {config.get('format_version')!r}, "
+                                  f"this code reads {FORMAT_VERSION}", field="format_version")
+        enc_cfg = EncoderConfig(**{**config["encoder"], "device": device,
+                                   **({"model": encoder_model} if encoder_model else {})})
+        encoders = []
+        for k in (0, 1):
+            enc = CrossEncoder(enc_cfg, seed=int(config["seed"]))
+            enc.load_state_dict(load_file(root / f"encoder_fold{k}.safetensors"))
+            encoders.append(enc.eval())
+        bi = BiEncoder(EncoderConfig(**{**asdict(enc_cfg), "bf16": False}))
+        tensors = load_file(root / "set_model.safetensors")
+        scales = {name: Standardizer(tensors[f"scale.{name}.mean"].numpy(), tensors[f"scale.{name}.std"].numpy())
+                  for name in ("unit", "provenance")}
+        featurizer = UnitFeaturizer.from_state_dict(config["featurizer"]) if config.get("lexical") else None
+        tokens = TokenBuilder(bool(config["bridge"]), bool(config["lexical"]), featurizer, scales["unit"],
+                              scales["provenance"])
+        model = SetModel(int(config["unit_dim"]), int(config["provenance_dim"]), SetModelConfig(**config["set_model"]))
+        model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+        return cls(config, (encoders[0], encoders[1]), bi, tokens, model.eval())
+
+    # -- scoring
+
+    def score_variants(self, variants: Sequence[Variant], progress: bool = False) -> list[GateOutput]:
+        first = encode_variants(self.encoders[0], variants, self.bi, progress=progress)
+        second = encode_variants(self.encoders[1], variants, self.bi, progress=progress)
+        enc = [average(a, b) for a, b in zip(first, second, strict=True)]
+        units, prov = self.tokens(variants, enc)
+        out = predict_sets(self.model, units, prov)
+        return [GateOutput(float(out.unsafe_prob[i]), {s: float(p) for s, p in zip(STATES, out.state_prob[i],
+                                                                                    strict=True)},
+                           [float(x) for x in out.unit_prob[i]], float(out.missing_count[i]))
+                for i in range(len(variants))]
+
+    def score(self, query: str, units: Sequence[Any], source_positions: Sequence[int] | None = None,
+              source_units: int | None = None) -> GateOutput:
+        """Score one memory: ``units`` are strings (text without a title) or
+        ``{"title", "text"}`` objects, in memory order."""
+        if not units:
+            raise ValueError("a memory needs at least one unit")
+        return self.score_variants([memory_variant(query, units, source_positions, source_units)])[0]
+
+    def score_many(self, memories: Sequence[Mapping[str, Any]], progress: bool = False) -> list[GateOutput]:
+        variants = [memory_variant(m["query"], m["units"], m.get("source_positions"), m.get("source_units"),
+                                   str(m.get("id", i))) for i, m in enumerate(memories)]
+        return self.score_variants(variants, progress)
+
+
+def read_memories(path: str | Path) -> list[dict[str, Any]]:
+    """JSON Lines of ``{"id"?, "query": str, "units": [str | {"title", "text"}], "source_positions"?,
+    "source_units"?}``; any other shape stops with file, line and field named."""
+    rows = []
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise DataFormatError(path, f"not valid JSON ({exc})", line=n) from None
+            rid = str(row.get("id")) if isinstance(row, dict) and "id" in row else None
+            if not isinstance(row, dict):
+                raise DataFormatError(path, "each line must be a JSON object", line=n)
+            if not isinstance(row.get("query"), str) or not row["query"].strip():
+                raise DataFormatError(path, "missing or empty string", line=n, record_id=rid, field="query")
+            units = row.get("units")
+            if not isinstance(units, list) or not units:
+                raise DataFormatError(path, "must be a non-empty list", line=n, record_id=rid, field="units")
+            for i, u in enumerate(units):
+                try:
+                    _unit(u, i)
+                except TypeError as exc:
+                    raise DataFormatError(path, str(exc), line=n, record_id=rid, field=f"units[{i}]") from None
+            pos = row.get("source_positions")
+            if pos is not None and (not isinstance(pos, list) or len(pos) != len(units)
+                                    or not all(isinstance(p, int) and p >= 0 for p in pos)):
+                raise DataFormatError(path, "must be a list of non-negative integers, one per unit", line=n,
+                                      record_id=rid, field="source_positions")
+            size = row.get("source_units")
+            if size is not None and (not isinstance(size, int) or size < len(units)):
+                raise DataFormatError(path, "must be an integer >= the number of units", line=n, record_id=rid,
+                                      field="source_units")
+            rows.append(row)
+    if not rows:
+        raise DataFormatError(path, "no memories in the file")
+    return rows

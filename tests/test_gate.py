@@ -1,0 +1,119 @@
+"""Stage A end to end (resume from caches), the saved gate (round trip, Python API) and
+`memsafe score` (output and bad input)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memsafe_lib import construction as C
+from memsafe_lib import stagea
+from memsafe_lib.cli import main
+from memsafe_lib.encoders import EncoderConfig
+from memsafe_lib.finetune import FinetuneConfig
+from memsafe_lib.gate import Gate, memory_variant
+from memsafe_lib.memsafe import MemSafe
+from memsafe_lib.setmodel import SetModelConfig
+
+from .test_finetune import query
+
+CONFIG = stagea.StageAConfig(EncoderConfig(bf16=False, max_length=48, batch_size=16),
+                             FinetuneConfig(max_pairs=16, batch_size=8, bf16=False))
+
+
+@dataclass
+class Trained:
+    variants: list[C.Variant]
+    result: stagea.StageAResult
+    estimator: MemSafe
+    gate_dir: Path
+    cache_dir: Path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    variants = C.build_size_matched([query(i) for i in range(40)]).variants
+    cache = tmp_path_factory.mktemp("stage_a")
+    result = stagea.run_stage_a(variants, CONFIG, seed=17, cache_dir=cache, progress=False)
+    train = [v for v in variants if v.split == "train"]
+    val = [v for v in variants if v.split == "validation"]
+    estimator = MemSafe(result.encodings, seed=17, base=SetModelConfig(width=32, heads=2, epochs=3)).fit(train, val)
+    gate_dir = Gate.from_estimator(estimator, result.encoders, result.bi, {"dataset": "synthetic"}).save(
+        tmp_path_factory.mktemp("gate") / "g")
+    return Trained(variants, result, estimator, gate_dir, cache)
+
+
+def test_stage_a_counts_pairs_and_encodes_each_once(trained: Trained) -> None:
+    s = trained.result.stats
+    assert s.encoded == s.unique < s.requested  # shared units were encoded once
+    assert trained.result.train_pairs == (16, 16)
+    assert set(trained.result.encodings) == {v.variant_id for v in trained.variants}
+
+
+def test_stage_a_resumes_from_its_caches(trained: Trained, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_training(*args: object, **kwargs: object) -> None:
+        raise AssertionError("fine-tuning ran again although its encoder was saved")
+
+    monkeypatch.setattr(stagea, "finetune", no_training)
+    again = stagea.run_stage_a(trained.variants, CONFIG, seed=17, cache_dir=trained.cache_dir, progress=False)
+    assert again.stats.encoded == 0 and again.stats.from_cache == again.stats.unique
+    for vid, enc in trained.result.encodings.items():
+        np.testing.assert_array_equal(again.encodings[vid].plain, enc.plain)
+
+
+def test_saved_gate_scores_like_the_estimator(trained: Trained) -> None:
+    test = [v for v in trained.variants if v.split != "train"]
+    expected = trained.estimator.predict(test)
+    gate = Gate.load(trained.gate_dir)
+    got = gate.score_variants(test)
+    np.testing.assert_allclose([g.unsafe_prob for g in got], expected.unsafe_prob, atol=1e-5)
+    for g, units in zip(got, expected.unit_scores or [], strict=True):
+        np.testing.assert_allclose(g.unit_evidence, units, atol=1e-5)
+    assert json.loads((trained.gate_dir / "config.json").read_text())["dataset"] == "synthetic"
+
+
+def test_gate_python_api(trained: Trained) -> None:
+    gate = Gate.load(trained.gate_dir)
+    out = gate.score("What do we know about the glacier ice melting?",
+                     ["A page about glacier ice melting.", {"title": "Harbor", "text": "Ships carry cargo."}])
+    assert 0.0 <= out.unsafe_prob <= 1.0 and len(out.unit_evidence) == 2
+    assert sum(out.state_probs.values()) == pytest.approx(1.0, abs=1e-5)
+    assert out.missing_count >= 0.0
+    with pytest.raises(ValueError, match="at least one unit"):
+        gate.score("q?", [])
+    v = memory_variant("q?", ["a", "b"], source_positions=[3, 9], source_units=12)
+    assert [u.source_position for u in v.units] == [3, 9] and v.source_units == 12
+
+
+def test_cli_score_writes_one_line_per_memory(trained: Trained, tmp_path: Path) -> None:
+    src = tmp_path / "memories.jsonl"
+    src.write_text(json.dumps({"id": "m1", "query": "What about the comet orbit?", "units": ["Comets orbit."]}) + "\n"
+                   + json.dumps({"id": "m2", "query": "Orchids?", "units": [{"title": "Orchid", "text": "A flower."},
+                                                                          "Lava flows."]}) + "\n")
+    out = tmp_path / "scores.jsonl"
+    assert main(["score", "--gate", str(trained.gate_dir), "--input", str(src), "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["m1", "m2"] and [len(r["unit_evidence"]) for r in rows] == [1, 2]
+    assert set(rows[0]) == {"id", "unsafe_prob", "state_probs", "unit_evidence", "missing_count"}
+
+
+@pytest.mark.parametrize(("line", "where"), [
+    ('{"id": "a", "units": ["x"]}', "line 2, id 'a', field 'query'"),
+    ('{"query": "q", "units": []}', "line 2, field 'units'"),
+    ('{"query": "q", "units": ["x", 3]}', "line 2, field 'units[1]'"),
+    ('{"query": "q", "units": ["x"], "source_positions": [1, 2]}', "line 2, field 'source_positions'"),
+    ('{"query": "q", "units": ["x"', "line 2: not valid JSON"),
+])
+def test_cli_score_rejects_bad_memories(trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        line: str, where: str) -> None:
+    src = tmp_path / "bad.jsonl"
+    src.write_text('{"query": "fine", "units": ["ok"]}\n' + line + "\n")
+    out = tmp_path / "scores.jsonl"
+    assert main(["score", "--gate", str(trained.gate_dir), "--input", str(src), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{src}, {where}" in err
+    assert not out.exists()  # nothing half-written

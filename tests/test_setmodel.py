@@ -1,0 +1,174 @@
+"""Stage B: masking, permutation symmetry, the mean-pool comparator's independence, learning a
+task with a known answer, determinism, and the MemSafe / relevance-aggregation estimators."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from memsafe_lib import construction as C
+from memsafe_lib.encoders import VariantEncoding
+from memsafe_lib.memsafe import MemSafe, MissingEncodingError, RelevanceAggregation, relevance_features
+from memsafe_lib.paths import SCALES, encoder_seed_for
+from memsafe_lib.setmodel import GRID, SetModel, SetModelConfig, collate, loss_fn, predict_sets, train_set_model
+
+from .synthetic import make_query
+
+
+def _model(attention: bool, d: int = 6) -> SetModel:
+    torch.manual_seed(0)
+    return SetModel(d, 3, SetModelConfig(width=16, heads=2, dropout=0.0, attention=attention)).eval()
+
+
+@pytest.mark.parametrize("attention", [True, False])
+def test_padding_never_changes_a_memory_output(attention: bool) -> None:
+    rng = np.random.default_rng(0)
+    short, long = rng.normal(size=(3, 6)).astype(np.float32), rng.normal(size=(9, 6)).astype(np.float32)
+    prov = rng.normal(size=(2, 3)).astype(np.float32)
+    model = _model(attention)
+    alone = predict_sets(model, [short], prov[:1])
+    padded = predict_sets(model, [short, long], prov, batch_size=2)  # short is padded to 9 units
+    assert padded.unsafe_prob[0] == pytest.approx(alone.unsafe_prob[0], abs=1e-6)
+    np.testing.assert_allclose(padded.unit_prob[0], alone.unit_prob[0], atol=1e-6)
+    assert len(padded.unit_prob[0]) == 3
+
+
+@pytest.mark.parametrize("attention", [True, False])
+def test_set_outputs_are_permutation_symmetric(attention: bool) -> None:
+    rng = np.random.default_rng(1)
+    units, prov = rng.normal(size=(7, 6)).astype(np.float32), rng.normal(size=(1, 3)).astype(np.float32)
+    perm = rng.permutation(7)
+    model = _model(attention)
+    a, b = predict_sets(model, [units], prov), predict_sets(model, [units[perm]], prov)
+    assert a.unsafe_prob[0] == pytest.approx(b.unsafe_prob[0], abs=1e-5)
+    np.testing.assert_allclose(a.unit_prob[0][perm], b.unit_prob[0], atol=1e-5)
+
+
+def test_only_attention_lets_units_see_each_other() -> None:
+    rng = np.random.default_rng(2)
+    units, prov = rng.normal(size=(5, 6)).astype(np.float32), rng.normal(size=(1, 3)).astype(np.float32)
+    changed = units.copy()
+    changed[4] += 3.0  # change one unit; look at the others' evidence outputs
+    for attention, moves in ((False, False), (True, True)):
+        model = _model(attention)
+        a, b = predict_sets(model, [units], prov), predict_sets(model, [changed], prov)
+        diff = np.abs(a.unit_prob[0][:4] - b.unit_prob[0][:4]).max()
+        assert (diff > 1e-4) == moves, (attention, diff)
+
+
+def test_padded_units_do_not_enter_the_loss() -> None:
+    rng = np.random.default_rng(3)
+    units = [rng.normal(size=(2, 6)).astype(np.float32), rng.normal(size=(4, 6)).astype(np.float32)]
+    prov = rng.normal(size=(2, 3)).astype(np.float32)
+    y = {"unsafe": [1.0, 0.0], "state": [1, 0], "evidence": [np.array([1, 0], np.float32), np.ones(4, np.float32)],
+         "missing": [1.0, 0.0]}
+    model = _model(True)
+    batch = collate(units, prov, y)
+    with torch.no_grad():
+        out = model(batch)
+        base = loss_fn(out, batch)
+        batch.evidence[0, 2:] = 1.0 - batch.evidence[0, 2:]  # flip labels in the padding only
+        assert loss_fn(out, batch) == pytest.approx(float(base))
+
+
+def _task(n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray, dict[str, list[object]]]:
+    """Unsafe iff fewer than two units carry the marker in column 0 (a set-level rule)."""
+    rng = np.random.default_rng(seed)
+    units, y = [], {"unsafe": [], "state": [], "evidence": [], "missing": []}
+    for _ in range(n):
+        k = int(rng.integers(4, 9))
+        marked = int(rng.integers(0, 3))
+        x = rng.normal(size=(k, 6)).astype(np.float32)
+        ev = np.zeros(k, np.float32)
+        ev[:marked] = 1
+        x[:, 0] = ev * 2.0 + rng.normal(scale=0.3, size=k)
+        units.append(x)
+        y["unsafe"].append(float(marked < 2))
+        y["state"].append([1, 2, 0][marked])
+        y["evidence"].append(ev)
+        y["missing"].append(float(2 - marked))
+    return units, rng.normal(size=(n, 3)).astype(np.float32), y
+
+
+def test_set_model_learns_a_set_rule_and_is_deterministic() -> None:
+    units, prov, y = _task(600, 0)
+    test_units, test_prov, test_y = _task(300, 1)
+    config = SetModelConfig(width=32, heads=2, epochs=15)
+    model, log = train_set_model(units, prov, y, config, seed=5)
+    out = predict_sets(model, test_units, test_prov)
+    assert roc_auc_score(test_y["unsafe"], out.unsafe_prob) > 0.95
+    assert average_precision_score(np.concatenate(test_y["evidence"]), np.concatenate(out.unit_prob)) > 0.9
+    assert np.abs(out.missing_count - np.array(test_y["missing"])).mean() < 0.4
+    again, _ = train_set_model(units, prov, y, config, seed=5)
+    np.testing.assert_array_equal(predict_sets(again, test_units, test_prov).unsafe_prob, out.unsafe_prob)
+    assert log.best_epoch == config.epochs  # no validation: the last epoch is kept
+
+
+def test_grid_has_eight_points_and_starts_at_the_papers_choice() -> None:
+    assert len(GRID) == 8 and len({tuple(sorted(p.items())) for p in GRID}) == 8
+    assert GRID[0] == {"width": 128, "dropout": 0.1, "lr": 3e-4}
+
+
+def test_stage_b_seeds_reuse_encoders_as_in_the_paper() -> None:
+    paper = SCALES["paper"].neural.encoder_seeds
+    assert {s: encoder_seed_for(s, paper) for s in (17, 29, 43, 71, 101)} == {17: 17, 29: 29, 43: 43, 71: 17, 101: 29}
+    assert {encoder_seed_for(s, (17,)) for s in (17, 29, 43)} == {17}
+
+
+# ---------------------------------------------------------------- estimators on fake encodings
+
+
+def _variants_and_encodings(n_queries: int, seed: int = 0) -> tuple[list[C.Variant], dict[str, VariantEncoding]]:
+    """Size-matched synthetic variants; evidence units get a higher logit and a marker dimension."""
+    variants = C.build_size_matched([make_query(f"q{i}", 2, 8, seed=seed) for i in range(n_queries)]).variants
+    rng = np.random.default_rng(seed)
+    enc = {}
+    for v in variants:
+        ev = np.array([u.is_evidence for u in v.units], np.float32)
+        rep = rng.normal(size=(len(ev), 8)).astype(np.float32)
+        rep[:, 0] += 2.0 * ev
+        logit = (3.0 * ev - 1.5 + rng.normal(scale=0.5, size=len(ev))).astype(np.float32)
+        enc[v.variant_id] = VariantEncoding(v.variant_id, rep, rep + 0.1, logit, logit + 0.1, 0)
+    return variants, enc
+
+
+def test_memsafe_estimator_recovers_planted_evidence() -> None:
+    variants, enc = _variants_and_encodings(150)
+    train = [v for v in variants if C.train_fold(v.base_id) == 0 or v.base_id < "q5"]
+    test = [v for v in variants if v not in set(train)]
+    # Lexical features off: the synthetic texts carry no evidence signal, only query ids that
+    # are out of vocabulary for test questions (a shift the model should not be asked to bridge).
+    model = MemSafe(enc, seed=17, base=SetModelConfig(width=32, heads=2, epochs=12, use_lexical=False))
+    model.fit(train, None)
+    preds = model.predict(test)
+    assert roc_auc_score([v.unsafe for v in test], preds.unsafe_prob) > 0.85  # noisy planted signal
+    assert preds.unit_scores is not None and preds.missing_count is not None
+    truth = np.concatenate([[u.is_evidence for u in v.units] for v in test])
+    assert average_precision_score(truth, np.concatenate(preds.unit_scores)) > 0.9
+    with pytest.raises(MissingEncodingError, match="no Stage A encoding"):
+        MemSafe({}, seed=17).fit(train)
+
+
+def test_relevance_features_by_hand() -> None:
+    logits = np.array([2.0, -1.0, 0.5, -3.0], np.float32)
+    e = VariantEncoding("v", np.zeros((4, 2)), np.zeros((4, 2)), logits, logits - 1.0, 0)
+    row = relevance_features(e)
+    p = 1 / (1 + np.exp(-logits))
+    assert row[0] == pytest.approx(2.0)  # max
+    assert row[1] == pytest.approx((2.0 + 0.5) / 2)  # top-2 mean
+    assert row[2] == pytest.approx((2.0 + 0.5 - 1.0) / 3)  # top-3 mean
+    assert row[4] == pytest.approx(-1.5 / 4)  # mean
+    assert row[3] == pytest.approx((2.0 + 0.5 - 1.0 - 3.0) / 4)  # top-4 mean (all four)
+    assert row[5] == 2 and row[6] == 3  # p > 0.5: logits 2.0, 0.5; p > 0.25 adds sigmoid(-1) = 0.269
+    assert row[7] == pytest.approx(p.sum())
+    assert len(row) == 16
+    assert row[8] == pytest.approx(1.0)  # bridge block starts with its max: 2.0 - 1.0
+
+
+def test_relevance_aggregation_ranks_planted_evidence() -> None:
+    variants, enc = _variants_and_encodings(120, seed=3)
+    train, test = variants[:240], variants[240:]
+    model = RelevanceAggregation(enc).fit(train, test[:60])
+    assert roc_auc_score([v.unsafe for v in test], model.predict(test).unsafe_prob) > 0.9
