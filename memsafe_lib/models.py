@@ -7,10 +7,11 @@ the selected Stage B configuration); :func:`make_model` says so when it is missi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf
+from .concat import ConcatConfig, ConcatCrossEncoder
 from .controls import CONTROLS, Estimator
 from .lexset import LexSet
 from .memsafe import MemSafe, RelevanceAggregation
@@ -31,8 +32,21 @@ NEURAL_MODELS: dict[str, Callable[[int, NeuralContext], Estimator]] = {
     "mean_pool": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(attention=False),
                                            name="mean_pool"),
     "relevance_agg": lambda seed, ctx: RelevanceAggregation(ctx.encodings(seed)),
+    "concat_ce": lambda seed, ctx: ConcatCrossEncoder(
+        seed, ConcatConfig(max_length=ctx.budget.concat_max_length, max_train=ctx.budget.concat_max_train),
+        device=ctx.device, cache_dir=ctx.cache_dir / "concat"),
 }
-"""Models over Stage A encodings (the same encodings for all of them at a given seed)."""
+"""Models that need the neural context: the first three read the same Stage A encodings at a
+given seed; the concatenated cross-encoder tunes its own encoder (cached by content)."""
+
+MODEL_SEEDS: dict[str, tuple[int, ...]] = {"concat_ce": (17, 29, 43)}
+"""Models the paper runs on fewer seeds: the concatenated cross-encoder uses the first three."""
+
+
+def seeds_for(name: str, seeds: Sequence[int]) -> list[int]:
+    allowed = MODEL_SEEDS.get(name)
+    return [s for s in seeds if allowed is None or s in allowed] or list(seeds)
+
 
 BASELINES: tuple[str, ...] = ("tfidf", "sc_tfidf", "lexset", "retrieval_sim")
 ALL_BASELINES: tuple[str, ...] = (*BASELINES, *CONTROLS)

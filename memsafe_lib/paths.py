@@ -59,8 +59,10 @@ class NeuralBudget:
     """Run the 8-point Stage B grid on MuSiQue validation (else the default point only)."""
     concat_max_train: int | None = None
     """Training memories for the concatenated cross-encoder; None = all."""
-    judge_max_base_queries: int | None = None
-    """Base questions (of the test split, hash order) the LLM judge scores; None = all."""
+    concat_max_length: int = 512
+    """Tokens of (question, serialised memory) for the concatenated cross-encoder."""
+    judge_max_base_queries: int | None = 1000
+    """Base questions (of the test split, hash order) the LLM judge scores (paper: 1,000)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ SCALES: dict[str, ScaleConfig] = {
         seeds=(17,),
         description="CI: every notebook on small real subsets, minutes on 2 CPU cores.",
         neural=NeuralBudget(encoder_seeds=(17,), max_length=128, finetune_max_pairs=192, stage_b_epochs=8,
-                            full_grid=False, concat_max_train=96, judge_max_base_queries=8),
+                            full_grid=False, concat_max_train=48, concat_max_length=256,
+                            judge_max_base_queries=2),
     ),
     "cpu": ScaleConfig(
         name="cpu",
@@ -92,9 +95,10 @@ SCALES: dict[str, ScaleConfig] = {
         seeds=(17, 29, 43),
         description="All real data present under MEMSAFE_DATA_DIR, about an hour on 2 cores.",
         # One fine-tuned encoder pair (seed 17) shared by the three Stage B seeds, as the
-        # paper's ablations do; 1,500 training pairs per fold instead of a full epoch.
-        neural=NeuralBudget(encoder_seeds=(17,), finetune_max_pairs=1500, concat_max_train=600,
-                            judge_max_base_queries=40),
+        # paper's ablations do; 1,500 training pairs per fold instead of a full epoch; the
+        # concatenated cross-encoder sees 60 training questions, the judge 15 test questions.
+        neural=NeuralBudget(encoder_seeds=(17,), finetune_max_pairs=1500, concat_max_train=180,
+                            judge_max_base_queries=15),
     ),
     "paper": ScaleConfig(
         name="paper",

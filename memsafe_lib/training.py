@@ -47,6 +47,11 @@ class NeuralContext:
     """The selected grid point (width, dropout, lr)."""
     device: str = "cpu"
 
+    @property
+    def cache_dir(self) -> Path:
+        """Per-dataset model caches (Stage A, concatenated cross-encoder); not committed."""
+        return stage_a_dir(self.scale, self.dataset).parent
+
     def encodings(self, seed: int) -> dict[str, VariantEncoding]:
         return self.stage_a[encoder_seed_for(seed, self.budget.encoder_seeds)].encodings
 

