@@ -49,11 +49,16 @@ class FinetuneConfig:
     """Train on (q || u_top, u) pairs too, so the encoder knows both input forms."""
     max_pairs: int | None = None
     """Cap on training pairs (a hash-ordered subset), for CPU budgets; None = all."""
+    balanced_cap: bool = True
+    """Under a cap, take evidence and non-evidence pairs in equal numbers (evidence is ~7% of
+    MuSiQue pairs: a short run on the natural mix learns only the base rate)."""
+    head_lr: float | None = 1e-3
+    """Learning rate of the new relevance head (None: ``lr``); it starts from random weights."""
     checkpoint_every: int = 200
 
 
 def training_pairs(variants: Sequence[object], bi: BiEncoder, include_bridge: bool = True,
-                   max_pairs: int | None = None) -> tuple[list[Pair], np.ndarray]:
+                   max_pairs: int | None = None, balanced: bool = False) -> tuple[list[Pair], np.ndarray]:
     """Unique (pair, is_evidence) examples of ``variants``' units."""
     plain, bridge, _ = variant_pairs(variants, bi)
     labels = [u.is_evidence for v in variants for u in v.units]  # type: ignore[attr-defined]
@@ -63,7 +68,14 @@ def training_pairs(variants: Sequence[object], bi: BiEncoder, include_bridge: bo
     pairs = list(examples)
     if max_pairs is not None and len(pairs) > max_pairs:
         pairs = sorted(pairs, key=lambda p: hash_rank(f"{p.query}\x1f{p.bridge}\x1f{p.unit}", "finetune-cap"))
-        pairs = pairs[:max_pairs]
+        if balanced:
+            pos = [p for p in pairs if examples[p]]
+            neg = [p for p in pairs if not examples[p]]
+            k = min(len(pos), max_pairs // 2)
+            chosen = set(pos[:k] + neg[:max_pairs - k])
+            pairs = [p for p in pairs if p in chosen]  # keep the hash order
+        else:
+            pairs = pairs[:max_pairs]
     return pairs, np.array([examples[p] for p in pairs], dtype=np.float32)
 
 
@@ -101,7 +113,10 @@ def finetune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, con
     key = run_key(model, pairs, labels, config, seed)
     batches = _batches(pairs, model, config, seed) * config.epochs
     total = len(batches)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    head = [p for n, p in model.named_parameters() if n.startswith("head.")]
+    body = [p for n, p in model.named_parameters() if not n.startswith("head.")]
+    optimizer = torch.optim.AdamW([{"params": body}, {"params": head, "lr": config.head_lr or config.lr}],
+                                  lr=config.lr, weight_decay=config.weight_decay)
     warmup = max(1, int(config.warmup_fraction * total))
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(total - warmup, 1))))

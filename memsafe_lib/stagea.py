@@ -69,7 +69,8 @@ def _fold_encoder(config: StageAConfig, train: Sequence[Variant], fold: int, bi:
     if config.frozen:
         return model, 0
     members = [v for v in train if train_fold(v.base_id) == fold]
-    pairs, labels = training_pairs(members, bi, config.finetune.include_bridge, config.finetune.max_pairs)
+    pairs, labels = training_pairs(members, bi, config.finetune.include_bridge, config.finetune.max_pairs,
+                                   config.finetune.balanced_cap)
     key = run_key(model, pairs, labels, config.finetune, seed)
     final = cache_dir / f"encoder-fold{fold}-{key}.safetensors"
     if final.exists():

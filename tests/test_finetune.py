@@ -63,6 +63,17 @@ def test_training_pairs_are_unique_and_labelled_by_evidence(variants: list[C.Var
     assert len(capped) == 10 and capped == F.training_pairs(variants, bi, max_pairs=10)[0]
 
 
+def test_balanced_cap_takes_evidence_and_distractors_equally(variants: list[C.Variant], bi: E.BiEncoder) -> None:
+    pairs, labels = F.training_pairs(variants, bi)
+    assert labels.mean() < 0.45  # the natural mix is unbalanced
+    n_pos = int(labels.sum())
+    for cap in (10, 2 * n_pos + 6):
+        capped, y = F.training_pairs(variants, bi, max_pairs=cap, balanced=True)
+        assert len(capped) == cap and len(set(capped)) == cap
+        assert int(y.sum()) == min(n_pos, cap // 2)  # half evidence, or every evidence pair there is
+        assert set(capped) <= set(pairs)
+
+
 def test_one_epoch_learns_the_evidence_signal(variants: list[C.Variant], bi: E.BiEncoder) -> None:
     pairs, labels = F.training_pairs(variants, bi, include_bridge=False)
     model = small_model()
