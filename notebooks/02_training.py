@@ -56,6 +56,7 @@ from IPython.display import display
 
 from memsafe_lib import main_results, paths, reports
 from memsafe_lib.evaluate import run_evaluation, write_csv
+from memsafe_lib.io import write_json
 from memsafe_lib.judge import evaluate_judge
 from memsafe_lib.ledger import record_run
 from memsafe_lib.summary import summarize
@@ -192,10 +193,15 @@ ran = metrics[metrics.split == "test"].groupby(["dataset", "model"]).seed.nuniqu
 print(ran.reindex(main_results.table_order(ran.index)).to_string())
 
 # %%
+summary_json = write_json(out / "summary.json", {
+    "scale": scale, "seeds": seeds, "budget": asdict(config.neural), "datasets": datasets,
+    "stage_b": json.loads(files[datasets[0]]["neural"].read_text())["stage_b"],
+    "test_unsafe_auroc": {d: main.set_index("model")[f"{d}_auroc"].round(4).to_dict() for d in datasets},
+})
 record_run("notebook:02_training", scale,
            settings={"datasets": datasets, "models": [*neural_models, *baseline_models], "seeds": seeds,
                      "budget": asdict(config.neural), "n_resamples": n_resamples, "judge_llm": judge_llm},
            outputs=[out / f for f in ("stage_a.csv", "main_table.csv", "main_auroc.png", "bootstrap_memsafe.csv",
                                       "seed_variability.csv", "localization_calibration.csv", "selective.csv",
-                                      "llm_judge.csv")],
+                                      "llm_judge.csv", "summary.json")],
            metrics={"main": main.set_index("model").filter(like="_auroc").round(4).to_dict(orient="index")})
