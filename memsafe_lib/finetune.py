@@ -173,6 +173,8 @@ def encode_with_folds(encoders: tuple[CrossEncoder, CrossEncoder], variants: Seq
     rest = [v for v in variants if v.split != "train"]  # type: ignore[attr-defined]
     for k in (0, 1):
         fold = [v for v in train if train_fold(v.base_id) == k]  # type: ignore[attr-defined]
+        if not fold:
+            continue
         for enc in encode_variants(encoders[1 - k], fold, bi, cache, progress=progress, stats=stats):
             out[enc.variant_id] = enc
     if rest:

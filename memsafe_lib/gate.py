@@ -19,16 +19,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .construction import COMPLETE, STATES, MemoryUnit, Variant
-from .encoders import BiEncoder, CrossEncoder, EncoderConfig, encode_variants
+from .encoders import BiEncoder, CrossEncoder, EncoderConfig
 from .errors import DataFormatError
-from .finetune import average
+from .finetune import encode_with_folds
 from .io import atomic_open
 from .lexset import UnitFeaturizer
 from .memsafe import MemSafe, Standardizer, TokenBuilder
@@ -154,9 +154,9 @@ class Gate:
     # -- scoring
 
     def score_variants(self, variants: Sequence[Variant], progress: bool = False) -> list[GateOutput]:
-        first = encode_variants(self.encoders[0], variants, self.bi, progress=progress)
-        second = encode_variants(self.encoders[1], variants, self.bi, progress=progress)
-        enc = [average(a, b) for a, b in zip(first, second, strict=True)]
+        # Every memory a gate sees is a test memory: the average of both fold encoders.
+        as_test = [replace(v, split="test") for v in variants]
+        enc = encode_with_folds(self.encoders, as_test, self.bi, progress=progress)
         units, prov = self.tokens(variants, enc)
         out = predict_sets(self.model, units, prov)
         return [GateOutput(float(out.unsafe_prob[i]), {s: float(p) for s, p in zip(STATES, out.state_prob[i],
