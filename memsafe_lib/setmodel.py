@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -236,7 +236,3 @@ def train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, targets
         log.best_epoch = config.epochs
     model.eval()
     return model, log
-
-
-def config_dict(config: SetModelConfig) -> dict[str, Any]:
-    return asdict(config)
