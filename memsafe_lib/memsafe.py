@@ -24,7 +24,7 @@ from .controls import Predictions, provenance_stats
 from .encoders import VariantEncoding
 from .lexset import UnitFeaturizer
 from .selection import select
-from .setmodel import GRID, SetModel, SetModelConfig, TrainLog, predict_sets, train_set_model
+from .setmodel import SetModel, SetModelConfig, TrainLog, predict_sets, train_set_model
 
 
 class MissingEncodingError(KeyError):
@@ -103,7 +103,10 @@ class MemSafe:
     encodings: Mapping[str, VariantEncoding]
     seed: int = 17
     base: SetModelConfig = SetModelConfig()
-    grid: tuple[dict[str, Any], ...] = GRID[:1]
+    grid: tuple[dict[str, Any], ...] = ({},)
+    """Overrides of ``base`` to select among on validation; the default ``({},)`` trains ``base``
+    as given (a grid point overrides the fields it names, so passing ``GRID[:1]`` here would
+    silently replace a selected configuration with the paper's)."""
     bridge: bool = True
     name: str = "memsafe"
     deterministic: bool = False

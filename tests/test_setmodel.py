@@ -142,6 +142,10 @@ def test_memsafe_estimator_recovers_planted_evidence() -> None:
     # are out of vocabulary for test questions (a shift the model should not be asked to bridge).
     model = MemSafe(enc, seed=17, base=SetModelConfig(width=32, heads=2, epochs=12, use_lexical=False))
     model.fit(train, None)
+    # The configuration passed in is the one trained (a regression: a default one-point grid
+    # used to override it with the paper's width 128, discarding the Stage B grid's choice).
+    assert model.config["width"] == 32 and model.model is not None
+    assert model.model.unsafe_head.in_features == 32
     preds = model.predict(test)
     assert roc_auc_score([v.unsafe for v in test], preds.unsafe_prob) > 0.85  # noisy planted signal
     assert preds.unit_scores is not None and preds.missing_count is not None
