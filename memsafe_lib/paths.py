@@ -95,7 +95,7 @@ SCALES: dict[str, ScaleConfig] = {
         name="cpu",
         max_base_queries=None,
         seeds=(17, 29, 43),
-        description="All real data present under MEMSAFE_DATA_DIR, about an hour on 2 cores.",
+        description="All real data present under MEMSAFE_DATA_DIR, about two hours on 2 cores (notebooks 01-02).",
         # One fine-tuned encoder pair (seed 17) shared by the three Stage B seeds, as the
         # paper's ablations do. Stage A at 128 tokens (paper 256) on 4,000 balanced training
         # pairs per fold at lr 1e-4 instead of a full epoch: a probe on MuSiQue fold 0 gave
