@@ -48,6 +48,8 @@ def run_notebook(name: str, scale: str, *, kernel: str | None = None, output: Pa
                 kernel_name=kernel or default_kernel(), cwd=str(paths.notebooks_dir()), progress_bar=False,
             )
             _relative_papermill_paths(Path(partial), source, output)
+            _flatten_progress_widgets(Path(partial))
+            os.chmod(partial, 0o644)  # mkstemp creates 0600; artifacts are for everyone to read
             os.replace(partial, output)
         finally:
             if os.path.exists(partial):
@@ -65,4 +67,56 @@ def _relative_papermill_paths(notebook: Path, source: Path, output: Path) -> Non
     out = output.resolve()
     meta["output_path"] = (out.relative_to(paths.REPO_ROOT).as_posix() if out.is_relative_to(paths.REPO_ROOT)
                            else output.name)
+    nbformat.write(nb, notebook)
+
+
+_WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _flatten_progress_widgets(notebook: Path) -> None:
+    """Replace tqdm progress widgets by one text line with their final state.
+
+    A widget's rendering lives in ``metadata.widgets``; for the hundreds of progress bars of a
+    training run that is ~1 MB of state nobody can interact with after the kernel is gone. The
+    final bar ("fine-tune: 100%  250/250 [02:16<00:00]") is what a reader wants to see.
+    Other widgets (e.g. the explorer) keep their state.
+    """
+    import html
+
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    state = nb.metadata.get("widgets", {}).get(_WIDGET_STATE, {}).get("state", {})
+    if not state:
+        return
+    used: set[str] = set()
+
+    def model(ref: str) -> dict:
+        return state.get(ref.removeprefix("IPY_MODEL_"), {})
+
+    def progress_text(model_id: str) -> str | None:
+        box = state.get(model_id, {})
+        children = box.get("state", {}).get("children", [])
+        kinds = [model(c).get("model_name") for c in children]
+        if box.get("model_name") != "HBoxModel" or kinds != ["HTMLModel", "FloatProgressModel", "HTMLModel"]:
+            return None
+        # tqdm writes "desc: 100%" into the left label and the counts/rates into the right one
+        desc, _bar, tail = (model(c)["state"] for c in children)
+        text = " ".join(t for t in (html.unescape(desc.get("value", "")), html.unescape(tail.get("value", ""))) if t)
+        used.update([model_id, *(c.removeprefix("IPY_MODEL_") for c in children)])
+        used.update(model(r).get("state", {}).get(k, "").removeprefix("IPY_MODEL_")
+                    for r in [model_id, *children] for k in ("layout", "style"))
+        return text.replace("\u2007", " ").strip()
+
+    for cell in nb.cells:
+        for i, out in enumerate(cell.get("outputs", [])):
+            view = out.get("data", {}).get(_WIDGET_VIEW) if out.get("output_type") == "display_data" else None
+            text = progress_text(view["model_id"]) if view else None
+            if text is not None:
+                cell.outputs[i] = nbformat.v4.new_output("stream", name="stderr", text=text + "\n")
+    for model_id in used:
+        state.pop(model_id, None)
+    if not state:
+        nb.metadata.pop("widgets")
     nbformat.write(nb, notebook)

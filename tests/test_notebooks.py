@@ -33,6 +33,35 @@ def test_every_notebook_has_a_literal_parameters_cell() -> None:
         assert any("NBVAL_CHECK_OUTPUT" in c.source for c in nb.cells), f"{name}: no checked summary cell"
 
 
+def _widget(model_name: str, **state: object) -> dict:
+    return {"model_name": model_name, "model_module": "@jupyter-widgets/controls", "state": state}
+
+
+def test_progress_widgets_become_one_text_line_and_other_widgets_keep_state(tmp_path: Path) -> None:
+    from memsafe_lib.notebooks import _flatten_progress_widgets
+
+    state = {
+        "box": _widget("HBoxModel", children=["IPY_MODEL_d", "IPY_MODEL_p", "IPY_MODEL_t"], layout="IPY_MODEL_l"),
+        "d": _widget("HTMLModel", value="fine-tune: 100%"), "p": _widget("FloatProgressModel", value=250, max=250),
+        "t": _widget("HTMLModel", value="\u2007250/250\u2007[02:27&lt;00:00]"), "l": _widget("LayoutModel"),
+        "slider": _widget("IntSliderModel", value=3),
+    }
+    nb = nbformat.v4.new_notebook()
+    view = "application/vnd.jupyter.widget-view+json"
+    nb.cells = [nbformat.v4.new_code_cell("x", outputs=[
+        nbformat.v4.new_output("display_data", data={view: {"model_id": "box"}, "text/plain": "0%"}),
+        nbformat.v4.new_output("display_data", data={view: {"model_id": "slider"}, "text/plain": "IntSlider"})])]
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": state}}
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    _flatten_progress_widgets(path)
+    out = nbformat.read(path, as_version=4)
+    first, second = out.cells[0].outputs
+    assert first.output_type == "stream" and first.text == "fine-tune: 100%  250/250 [02:27<00:00]\n"  # figure spaces made plain
+    assert second.data[view]["model_id"] == "slider"
+    assert set(out.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]) == {"slider"}
+
+
 @pytest.mark.parametrize("name", available())
 def test_notebook_runs_at_smoke_scale(real_data: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setenv("MEMSAFE_ARTIFACTS_DIR", str(paths.REPO_ROOT / "artifacts"))
