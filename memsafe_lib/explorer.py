@@ -32,6 +32,7 @@ from .audit import ControlResult
 from .construction import STALE, STATES, ConstructionResult, MemoryUnit, Variant
 from .controls import CONTROLS
 from .metrics import macro_f1, unsafe_auroc
+from .reports import seeded_global_rng
 
 Key = tuple[str, str]
 """(dataset, construction)."""
@@ -209,8 +210,9 @@ def score_figure(view: ControlView) -> Figure:
             warnings.simplefilter("ignore", MatplotlibDeprecationWarning)
             sns.boxplot(data=view.scores, x="state", y="score", hue="state", order=order, hue_order=order,
                         palette=palette, ax=ax, fliersize=0, boxprops={"alpha": 0.35}, legend=False)
-        sns.stripplot(data=view.scores, x="state", y="score", hue="state", order=order, hue_order=order,
-                      palette=palette, ax=ax, size=4, jitter=0.2, alpha=0.8, legend=False)
+        with seeded_global_rng(0):  # the same selection draws the same points
+            sns.stripplot(data=view.scores, x="state", y="score", hue="state", order=order, hue_order=order,
+                          palette=palette, ax=ax, size=4, jitter=0.2, alpha=0.8, legend=False)
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("integrity state")
     ax.set_ylabel("control's unsafe score")

@@ -7,7 +7,8 @@ touches the global backend; notebooks display them inline, scripts save them to 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,17 @@ def proposition_table(audits: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 # ---------------------------------------------------------------- figures
 
 
+@contextmanager
+def seeded_global_rng(seed: int) -> Iterator[None]:
+    """Seed numpy's global RNG for the block and restore its state afterwards."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
 def plot_shortcut(
     results: Mapping[str, ConstructionResult], controls: pd.DataFrame, dataset: str = "musique"
 ) -> Figure:
@@ -128,12 +140,13 @@ def plot_shortcut(
         for v in by_split(results[cons].variants).get("test", []):
             sizes.append({"construction": cons, "state": v.state, "memory size (units)": len(v.units)})
     frame = pd.DataFrame(sizes)
-    sns.stripplot(data=frame, x="construction", y="memory size (units)", hue="state", hue_order=STATE_ORDER,
-                  palette=PALETTE, dodge=True, jitter=0.25, size=3, alpha=0.6, ax=axes[0])
+    with seeded_global_rng(0):  # seaborn jitters with numpy's global RNG: same data, same figure
+        sns.stripplot(data=frame, x="construction", y="memory size (units)", hue="state", hue_order=STATE_ORDER,
+                      palette=PALETTE, dodge=True, jitter=0.25, size=3, alpha=0.6, ax=axes[0])
     axes[0].set_title(f"{dataset}: memory size by state (test)")
     for ax, cons in zip(axes[1:], ("deletion", "size-matched"), strict=True):
         sub = controls[controls["construction"] == cons]
-        sns.barplot(data=sub, x="model", y="unsafe_auroc", hue="dataset", ax=ax)
+        sns.barplot(data=sub, x="model", y="unsafe_auroc", hue="dataset", errorbar=None, ax=ax)
         ax.axhline(0.5, ls=":", c="k", lw=1)
         ax.set_ylim(0.0, 1.05)
         ax.legend(loc="lower right", fontsize=8, title="dataset", title_fontsize=8)

@@ -84,3 +84,27 @@ def test_real_data_shortcut_audit(real_data: Path, dataset: str) -> None:
         assert size_matched["test_auroc"]["paragraph_count"] == 0.5
     deletion = audit(C.construct(loaded, "deletion"))
     assert deletion["test_auroc"]["paragraph_count"] > 0.9
+
+
+def test_shortcut_figure_is_the_same_for_the_same_data() -> None:
+    """seaborn jitters strip plots with numpy's global RNG; the figure must not depend on it,
+    and drawing it must not move the caller's RNG."""
+    import io
+
+    from memsafe_lib import reports
+
+    queries = synthetic(120)
+    results = {"deletion": C.build_deletion(queries), "size-matched": C.build_size_matched(queries)}
+    controls = reports.control_table([audit(results[c]) for c in ("deletion", "size-matched")])
+
+    def png(rng_seed: int) -> bytes:
+        np.random.seed(rng_seed)
+        buf = io.BytesIO()
+        reports.plot_shortcut(results, controls, "synthetic").savefig(buf, format="png")
+        return buf.getvalue()
+
+    first = png(1)
+    after_first = np.random.random()
+    assert png(2) == first
+    np.random.seed(1)
+    assert np.random.random() == after_first  # the caller's RNG continues where it was
