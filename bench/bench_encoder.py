@@ -30,6 +30,7 @@ from memsafe_lib.encoders import (
     encode_pairs,
     variant_pairs,
 )
+from memsafe_lib.threads import configure_threads
 
 
 def main() -> None:
@@ -41,6 +42,7 @@ def main() -> None:
     parser.add_argument("--fp32", action="store_true", help="disable bf16 autocast")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
+    configure_threads()
 
     loaded, result = build(args.dataset, "size-matched", args.scale)
     ids = sorted({v.base_id for v in result.variants}, key=lambda i: hash_rank(i, "bench"))[: args.base_queries]

@@ -15,6 +15,7 @@ from memsafe_lib.audit import by_split
 from memsafe_lib.construction import build
 from memsafe_lib.encoders import BiEncoder, CrossEncoder, EncoderConfig
 from memsafe_lib.finetune import FinetuneConfig, finetune, training_pairs
+from memsafe_lib.threads import configure_threads
 
 
 def main() -> None:
@@ -26,6 +27,7 @@ def main() -> None:
     parser.add_argument("--fp32", action="store_true")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
+    configure_threads()
 
     loaded, result = build(args.dataset, "size-matched", args.scale)
     train = by_split(result.variants)["train"]

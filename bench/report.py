@@ -17,11 +17,15 @@ from memsafe_lib.ledger import record_run
 
 
 def save_report(kind: str, name: str, args: argparse.Namespace, raw_files: Iterable[RawFile],
-                report: dict[str, Any]) -> None:
+                report: dict[str, Any], table: pd.DataFrame | None = None) -> None:
+    """``table``: the CSV's rows (default: ``report`` as one row)."""
     stem = paths.output_dir(args.scale, "bench") / name
     out = write_json(stem.with_suffix(".json"), report)
-    table = write_csv(stem.with_suffix(".csv"), pd.DataFrame([report]))
-    record_run(f"bench:{kind}", args.scale, raw_files=raw_files, settings=vars(args), outputs=[out, table],
+    csv = write_csv(stem.with_suffix(".csv"), pd.DataFrame([report]) if table is None else table)
+    record_run(f"bench:{kind}", args.scale, raw_files=raw_files, settings=vars(args), outputs=[out, csv],
                metrics=report)
+    if table is not None:
+        print(table.to_string(index=False))
+        return
     for key, value in report.items():
         print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")

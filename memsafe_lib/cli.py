@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,11 +16,19 @@ from pathlib import Path
 from . import paths
 from .errors import DataFormatError
 from .io import atomic_open
+from .threads import configure_threads
 
 
 def _add_scale(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", choices=sorted(paths.SCALES), default=paths.DEFAULT_SCALE,
                    help="smoke (CI subsets), cpu (all local data) or paper (full data, GPU); default %(default)s")
+    _add_record(p)
+
+
+def _add_record(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--record", action="store_true",
+                   help="write the committed results (artifacts/<scale>/, its ledger, paper/REPORT.md), as "
+                        "`make reproduce` does; without it outputs go to artifacts/scratch/<scale>/")
 
 
 def cmd_data_check(args: argparse.Namespace) -> int:
@@ -129,9 +138,15 @@ def cmd_score(args: argparse.Namespace) -> int:
 
     memories = read_memories(args.input)  # validated before the (slow) model load
     gate = Gate.load(args.gate, device=args.device or "cpu")
-    lines = []
-    for memory, out in zip(memories, gate.score_many(memories, progress=True), strict=True):
+    lines, outputs = [], gate.score_many(memories, progress=True)
+    for memory, out in zip(memories, outputs, strict=True):
         lines.append(json.dumps({"id": memory.get("id"), **out.to_dict()}))
+    cut = [o.truncated_units for o in outputs]
+    if any(cut):
+        print(f"memsafe: warning: {sum(cut)} of {sum(len(m['units']) for m in memories)} units in "
+              f"{sum(c > 0 for c in cut)} of {len(memories)} memories are longer than the encoder's "
+              f"{outputs[0].max_length}-token window with the query; the gate read only their beginning "
+              "(per memory: truncated_units)", file=sys.stderr)
     text = "\n".join(lines) + "\n"
     if args.out:
         with atomic_open(Path(args.out), "w") as fh:
@@ -162,7 +177,8 @@ def cmd_notebook(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .paper_report import update_report
 
-    print(f"updated {update_report()}")
+    out = update_report()
+    print(f"updated {out}" + ("" if paths.recording() else "  (paper/REPORT.md itself changes only with --record)"))
     return 0
 
 
@@ -240,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_notebook)
 
     p = sub.add_parser("report", help="refresh the generated tables in paper/REPORT.md from artifacts/")
+    _add_record(p)
     p.set_defaults(func=cmd_report)
     return parser
 
@@ -247,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        configure_threads()  # before any model library starts its pools (MEMSAFE_THREADS)
+        if getattr(args, "record", False):
+            os.environ[paths.RECORD_ENV] = "1"  # notebook kernels inherit it
         return int(args.func(args))
     except DataFormatError as exc:
         print(f"memsafe: bad input: {exc}", file=sys.stderr)

@@ -122,6 +122,14 @@ class CrossEncoder(nn.Module):
         return self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation="longest_first",
                               max_length=self.config.max_length, padding=True, return_tensors="pt")
 
+    def truncated(self, pairs: Sequence[Pair]) -> np.ndarray:
+        """Per pair: whether it is longer than the ``max_length`` window, i.e. whether the
+        encoder sees only a prefix of it (so a user can be told, not just served a score)."""
+        if not pairs:
+            return np.zeros(0, dtype=bool)
+        ids = self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation=False)["input_ids"]
+        return np.array([len(x) > self.config.max_length for x in ids], dtype=bool)
+
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         batch = {k: v.to(self.config.device) for k, v in batch.items()}
         hidden = self.backbone(**batch).last_hidden_state

@@ -37,6 +37,7 @@ from .metrics import (
     unsafe_auroc,
 )
 from .models import is_neural, make_model, seeds_for
+from .progress import log, step
 from .selective import selective_report
 
 if TYPE_CHECKING:
@@ -89,12 +90,15 @@ def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cac
     """Fit ``model`` with ``seed`` on train (selecting on validation) and predict the
     evaluation splits, reusing a cached result when one exists for the same inputs."""
     path = cache_dir / f"{model}-{seed}-{key}.pkl" if cache_dir and key else None
+    label = f"{splits['train'][0].dataset}: {model} seed {seed}"
     if path is not None and path.exists():
+        log(f"{label}: resumed from cache")
         with open(path, "rb") as fh:
             return pickle.load(fh)
     start = time.perf_counter()
-    estimator = make_model(model, seed, context).fit(splits["train"], splits.get("validation"))
-    predictions = {s: estimator.predict(splits[s]) for s in EVAL_SPLITS if splits.get(s)}
+    with step(f"{label}: fit and predict"):
+        estimator = make_model(model, seed, context).fit(splits["train"], splits.get("validation"))
+        predictions = {s: estimator.predict(splits[s]) for s in EVAL_SPLITS if splits.get(s)}
     result = FitResult(model, seed, bool(estimator.deterministic), dict(getattr(estimator, "config", {}) or {}),
                        time.perf_counter() - start, predictions)
     if path is not None:
@@ -173,7 +177,7 @@ def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], sc
     """Everything ``memsafe evaluate`` does: build, (run Stage A,) fit, score, write, ledger."""
     loaded, result = build(dataset, construction, scale)
     out = paths.output_dir(scale, "evaluate") / dataset / construction
-    cache = out / ".cache"
+    cache = paths.cache_dir(scale, "evaluate", dataset, construction)
     context = None
     neural_settings: dict[str, Any] = {}
     if any(is_neural(m) for m in models):

@@ -297,12 +297,15 @@ class Explorer(widgets.VBox):
         self._busy = False
         dataset = data.datasets()[0]
         constructions = data.constructions(dataset)
-        self.dataset = widgets.Dropdown(options=data.datasets(), value=dataset, description="dataset")
+        label = {"style": {"description_width": "initial"}}  # the default width cuts "construction" off
+        self.dataset = widgets.Dropdown(options=data.datasets(), value=dataset, description="dataset", **label)
         self.construction = widgets.Dropdown(options=constructions, value=constructions[0],
-                                             description="construction")
+                                             description="construction", **label)
         controls = data.controls(dataset, constructions[0])
-        self.control = widgets.Dropdown(options=controls, value=_default_choice(controls), description="control")
-        self.sample = widgets.IntSlider(value=0, min=0, max=0, description="memory", continuous_update=False)
+        self.control = widgets.Dropdown(options=controls, value=_default_choice(controls), description="control",
+                                        **label)
+        self.sample = widgets.IntSlider(value=0, min=0, max=0, description="memory", continuous_update=False,
+                                        **label)
         self.metrics = widgets.HTML()
         self.figure = widgets.Output()
         self.memory = widgets.HTML()
@@ -384,6 +387,23 @@ def _set_options(dropdown: widgets.Dropdown, options: Sequence[str]) -> None:
         dropdown.value = keep if keep is not None else _default_choice(options)
 
 
+def static_view(data: ExplorerData, dataset: str, construction: str, control: str, sample: int = 0) -> str:
+    """What the explorer shows for one selection, as self-contained HTML (figure inlined).
+
+    An executed notebook opened without a kernel, or on a site that renders no widgets,
+    shows this beside the widget; it is built by the same functions the widget calls."""
+    view = control_view(data, dataset, construction, control)
+    png = base64.b64encode(figure_png(score_figure(view))).decode("ascii")
+    samples = sample_variants(data, dataset, construction)
+    memory = ""
+    if samples:
+        variant = samples[min(sample, len(samples) - 1)]
+        memory = memory_html(variant, variant_score(data, variant, control))
+    return (f'<div class="memsafe-static-view">{format_metrics(view)}'
+            f'<div><img alt="{html.escape(view.dataset)} {html.escape(view.construction)} score distribution" '
+            f'src="data:image/png;base64,{png}"/></div>{memory}</div>')
+
+
 def build_explorer(data: ExplorerData) -> widgets.Widget:
     """The explorer widget (an :class:`Explorer`); display it in a notebook cell."""
     return Explorer(data)
@@ -391,5 +411,6 @@ def build_explorer(data: ExplorerData) -> widgets.Widget:
 
 __all__ = [
     "ControlView", "Explorer", "ExplorerData", "auroc_table", "build_explorer", "control_view", "figure_png",
-    "format_metrics", "memory_html", "prepare_explorer", "sample_variants", "score_figure", "variant_score",
+    "format_metrics", "memory_html", "prepare_explorer", "sample_variants", "score_figure", "static_view",
+    "variant_score",
 ]

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from .construction import COMPLETE, STATES, MemoryUnit, Variant
-from .encoders import BiEncoder, CrossEncoder, EncoderConfig
+from .encoders import BiEncoder, CrossEncoder, EncoderConfig, Pair, unit_string
 from .errors import DataFormatError
 from .finetune import encode_with_folds
 from .io import atomic_open
@@ -46,6 +46,11 @@ class GateOutput:
     """Per unit, in input order: probability that it carries required evidence."""
     missing_count: float
     """Estimated number of required evidence units absent from the memory."""
+    truncated_units: int = 0
+    """Units whose (query, unit) pair is longer than the encoder's window (``max_length``
+    tokens): the gate read only their beginning."""
+    max_length: int = 0
+    """The encoder's window in tokens."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,7 +133,10 @@ class Gate:
         root = Path(path)
         cfg_file = root / "config.json"
         if not cfg_file.is_file():
-            raise FileNotFoundError(f"{root} is not a gate directory (no config.json)")
+            raise FileNotFoundError(
+                f"{root} is not a gate directory (no config.json). Make one with "
+                f"`memsafe train --dataset musique --scale smoke --out {root}` (a few minutes on a CPU; "
+                "--scale cpu trains on all local data), or pass the directory `memsafe train` printed")
         config = json.loads(cfg_file.read_text())
         if config.get("format_version") != FORMAT_VERSION:
             raise DataFormatError(cfg_file, f"gate format {config.get('format_version')!r}, "
@@ -159,9 +167,12 @@ class Gate:
         enc = encode_with_folds(self.encoders, as_test, self.bi, progress=progress)
         units, prov = self.tokens(variants, enc)
         out = predict_sets(self.model, units, prov)
+        window = self.encoders[0].config.max_length
+        cut = [int(self.encoders[0].truncated([Pair(v.question, unit_string(u.title, u.text))
+                                                for u in v.units]).sum()) for v in variants]
         return [GateOutput(float(out.unsafe_prob[i]), {s: float(p) for s, p in zip(STATES, out.state_prob[i],
                                                                                     strict=True)},
-                           [float(x) for x in out.unit_prob[i]], float(out.missing_count[i]))
+                           [float(x) for x in out.unit_prob[i]], float(out.missing_count[i]), cut[i], window)
                 for i in range(len(variants))]
 
     def score(self, query: str, units: Sequence[Any], source_positions: Sequence[int] | None = None,

@@ -204,9 +204,13 @@ def evaluate_judge(dataset: str, scale: str, models: Sequence[str] = ("memsafe",
     out = paths.output_dir(scale, "evaluate") / dataset / "size-matched"
     budget = paths.scale_config(scale).neural
     subset = judge_subset([v for v in result.variants if v.split == "test"], budget.judge_max_base_queries)
-    judge = LLMJudge(llm, shots=shots, device=device, cache_path=out / ".cache" / "judge.sqlite")
+    cache = paths.cache_dir(scale, "evaluate", dataset, "size-matched") / "judge.sqlite"
+    judge = LLMJudge(llm, shots=shots, device=device, cache_path=cache)
     judge.fit([v for v in result.variants if v.split == "train"])
-    scores = judge.scores(subset, progress=progress)
+    from .progress import step
+
+    with step(f"LLM judge on {dataset}: {len(subset)} test memories"):
+        scores = judge.scores(subset, progress=progress)
     rows = compare_on_subset(subset, scores, read_csv(out / "predictions.csv.gz"), models)
     comparison = pd.DataFrame(rows).assign(dataset=dataset, n_variants=len(subset),
                                            n_base_queries=len({v.base_id for v in subset}),

@@ -55,7 +55,8 @@ def fingerprint(files: Iterable[RawFile], settings: Mapping[str, Any],
 
 
 def ledger_path(scale: str) -> Path:
-    return paths.artifacts_dir() / scale / "ledger.jsonl"
+    """The committed ledger in a reproduce run, a scratch ledger otherwise (see paths.recording)."""
+    return paths.run_dir(scale) / "ledger.jsonl"
 
 
 def record_run(

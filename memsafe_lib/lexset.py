@@ -35,6 +35,7 @@ from .construction import Variant, train_fold
 from .controls import Predictions
 from .selection import select
 from .text import content_tokens, unit_text
+from .threads import limited_threads
 
 
 @dataclass
@@ -264,6 +265,10 @@ class LexSet:
     # -- estimator interface
 
     def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> LexSet:
+        with limited_threads():  # OpenMP boosters: see threads.py for the 100x stall this avoids
+            return self._fit(train, validation)
+
+    def _fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None) -> LexSet:
         self._features = UnitFeaturizer(self.unit_groups).fit(train)
         views = self._views(train)
         train_scores = self._crossfit_train_scores(views)
@@ -298,7 +303,8 @@ class LexSet:
     def predict(self, variants: Sequence[Variant]) -> Predictions:
         if self._heads is None:
             raise RuntimeError("lexset: call fit() first")
-        x, unit_scores = self._set_matrix(variants)
-        preds = self._predict_heads(self._heads, x)
+        with limited_threads():
+            x, unit_scores = self._set_matrix(variants)
+            preds = self._predict_heads(self._heads, x)
         preds.unit_scores = unit_scores
         return preds

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 from . import paths
+from .progress import step
 
 
 def available() -> list[str]:
@@ -43,10 +45,14 @@ def run_notebook(name: str, scale: str, *, kernel: str | None = None, output: Pa
         fd, partial = tempfile.mkstemp(prefix=f".{name}.", suffix=".ipynb", dir=output.parent)
         os.close(fd)
         try:
-            papermill.execute_notebook(
-                str(src_ipynb), partial, parameters={"scale": scale, **(parameters or {})},
-                kernel_name=kernel or default_kernel(), cwd=str(paths.notebooks_dir()), progress_bar=False,
-            )
+            # The kernel's stderr (our step lines with elapsed time, warnings) reaches this
+            # terminal as it is written; papermill's cell bar only where a person watches.
+            with step(f"notebook {name} at scale {scale}"):
+                papermill.execute_notebook(
+                    str(src_ipynb), partial, parameters={"scale": scale, **(parameters or {})},
+                    kernel_name=kernel or default_kernel(), cwd=str(paths.notebooks_dir()),
+                    progress_bar=sys.stderr.isatty(), stderr_file=sys.stderr,
+                )
             _relative_papermill_paths(Path(partial), source, output)
             _flatten_progress_widgets(Path(partial))
             os.chmod(partial, 0o644)  # mkstemp creates 0600; artifacts are for everyone to read

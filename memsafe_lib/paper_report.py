@@ -59,7 +59,15 @@ def render(text: str, artifacts: Path | None = None) -> str:
     return BLOCK.sub(lambda m: m.group(1) + render_block(m.group("spec"), artifacts) + m.group(4), text)
 
 
-def update_report(report: Path | None = None, artifacts: Path | None = None) -> Path:
-    report = report or paths.REPO_ROOT / "paper" / "REPORT.md"
-    write_text(report, render(report.read_text(encoding="utf-8"), artifacts))
-    return report
+REPORT = paths.REPO_ROOT / "paper" / "REPORT.md"
+
+
+def update_report(report: Path | None = None, artifacts: Path | None = None, out: Path | None = None) -> Path:
+    """Regenerate the tables of ``report`` from the recorded artifacts. The committed report
+    is rewritten only in a reproduce run (:func:`paths.recording`); otherwise the refreshed
+    copy goes to ``artifacts/scratch/REPORT.md``, for comparison."""
+    report = report or REPORT
+    if out is None:
+        out = report if paths.recording() else paths.artifacts_dir() / paths.SCRATCH / report.name
+    write_text(out, render(report.read_text(encoding="utf-8"), artifacts))
+    return out

@@ -5,6 +5,8 @@ on a laptop and on a GPU node:
 
 * ``MEMSAFE_DATA_DIR``: root of the raw data (``<root>/<dataset>/...``); default ``./data``.
 * ``MEMSAFE_ARTIFACTS_DIR``: root of generated outputs; default ``<repo>/artifacts``.
+* ``MEMSAFE_THREADS``: threads of every native pool (OpenMP, BLAS, torch); unset: one thread
+  for scikit-learn fits and one per core for torch, see :func:`native_threads`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,43 @@ def artifacts_dir() -> Path:
     return Path(os.environ.get("MEMSAFE_ARTIFACTS_DIR", REPO_ROOT / "artifacts")).expanduser().resolve()
 
 
+THREADS_ENV = "MEMSAFE_THREADS"
+DEFAULT_FIT_THREADS = 1
+"""OpenMP/BLAS threads for scikit-learn fits when ``MEMSAFE_THREADS`` is unset. Measured on
+2 cores (``bench/bench_threads.py``): a LexSet fit took 9 s with one thread and 33 s with two
+on an idle machine, and 14 s against a 284 s stall beside two busy processes."""
+
+
+def native_threads() -> int | None:
+    """``MEMSAFE_THREADS``: threads for every native pool (OpenMP, BLAS, torch); 0 leaves each
+    library at its own default; unset (None) means the measured defaults of :func:`fit_threads`
+    and :func:`torch_threads`."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        threads = int(value)
+    except ValueError:
+        raise ValueError(f"{THREADS_ENV}={value!r} is not an integer (0 = library defaults)") from None
+    if threads < 0:
+        raise ValueError(f"{THREADS_ENV}={value!r} must be >= 0 (0 = library defaults)")
+    return threads
+
+
+def fit_threads() -> int:
+    """OpenMP/BLAS threads for estimator fits: ``MEMSAFE_THREADS``, else 1."""
+    threads = native_threads()
+    return DEFAULT_FIT_THREADS if threads is None else threads
+
+
+def torch_threads() -> int:
+    """torch intra-op threads: ``MEMSAFE_THREADS``, else one per core. Encoding on 2 cores ran
+    1.5-1.8x faster with two threads on an idle machine and 1.2x slower beside two busy
+    processes, a far milder loss than OpenMP's stall in scikit-learn."""
+    threads = native_threads()
+    return (os.cpu_count() or 1) if threads is None else threads
+
+
 def notebooks_dir() -> Path:
     return REPO_ROOT / "notebooks"
 
@@ -36,10 +75,6 @@ def notebooks_dir() -> Path:
 def paper_reference_file() -> Path:
     """Values reported in the paper, kept apart from anything we compute."""
     return REPO_ROOT / "paper" / "reference_values.json"
-
-
-def ledger_file() -> Path:
-    return artifacts_dir() / "ledger.jsonl"
 
 
 @dataclass(frozen=True)
@@ -133,8 +168,42 @@ def scale_config(name: str) -> ScaleConfig:
         raise ValueError(f"unknown scale {name!r}; choose one of {sorted(SCALES)}") from None
 
 
+RECORD_ENV = "MEMSAFE_RECORD"
+SCRATCH = "scratch"
+
+
+def recording() -> bool:
+    """Whether this run writes the committed results (``artifacts/<scale>/`` and its ledger).
+
+    Only a reproduce run does: ``make reproduce``, or any verb with ``--record``
+    (``MEMSAFE_RECORD=1``). Everything else writes under ``artifacts/scratch/<scale>/``
+    (ignored by git), so exploring never modifies what is committed.
+    """
+    return os.environ.get(RECORD_ENV, "").strip().lower() in {"1", "true", "yes"}
+
+
+def recorded_dir(scale: str) -> Path:
+    """``artifacts/<scale>/``: the results a reproduce run writes (committed at cpu)."""
+    return artifacts_dir() / scale
+
+
+def run_dir(scale: str) -> Path:
+    """Where this run's outputs and ledger go: :func:`recorded_dir` when :func:`recording`,
+    else ``artifacts/scratch/<scale>/``."""
+    return recorded_dir(scale) if recording() else artifacts_dir() / SCRATCH / scale
+
+
 def output_dir(scale: str, notebook: str) -> Path:
-    """``artifacts/<scale>/<notebook>/``, created on demand."""
-    path = artifacts_dir() / scale / notebook
+    """``<run_dir>/<notebook>/`` (e.g. ``artifacts/cpu/02_training/``), created on demand."""
+    path = run_dir(scale) / notebook
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_dir(scale: str, *parts: str) -> Path:
+    """``artifacts/<scale>/<parts>/.cache/``: content-keyed caches (Stage A encoders and
+    encodings, fitted models), never committed and shared by recording and scratch runs,
+    so exploring reuses what a reproduce run computed and the other way round."""
+    path = recorded_dir(scale).joinpath(*parts, ".cache")
     path.mkdir(parents=True, exist_ok=True)
     return path

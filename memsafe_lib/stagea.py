@@ -26,6 +26,7 @@ from .encoders import BiEncoder, CrossEncoder, EncoderConfig, EncodeStats, Encod
 from .finetune import FinetuneConfig, encode_with_folds, finetune, run_key, training_pairs
 from .io import atomic_open
 from .paths import NeuralBudget
+from .progress import elapsed, log, step
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,15 @@ def _fold_encoder(config: StageAConfig, train: Sequence[Variant], fold: int, bi:
                                    config.finetune.balanced_cap)
     key = run_key(model, pairs, labels, config.finetune, seed)
     final = cache_dir / f"encoder-fold{fold}-{key}.safetensors"
+    label = f"Stage A {train[0].dataset if train else ''} fold {fold} encoder (seed {seed})"
     if final.exists():
+        log(f"{label}: resumed from cache")
         model.load_state_dict(load_file(final))
         model.eval()
         return model, len(pairs)
-    finetune(model, pairs, labels, config.finetune, seed=seed, checkpoint_dir=cache_dir, progress=progress)
+    resumed = " (resuming from its checkpoint)" if (cache_dir / f"finetune-{key}.pt").exists() else ""
+    with step(f"{label}: fine-tune on {len(pairs):,} pairs{resumed}"):
+        finetune(model, pairs, labels, config.finetune, seed=seed, checkpoint_dir=cache_dir, progress=progress)
     with atomic_open(final, "wb") as fh:
         fh.write(save({k: v.contiguous() for k, v in model.state_dict().items()}))
     (cache_dir / f"finetune-{key}.pt").unlink(missing_ok=True)  # optimiser state no longer needed
@@ -104,6 +109,9 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     pair = (encoders[0], encoders[1])
     encoded = encode_with_folds(pair, variants, bi, cache, progress=progress, stats=stats)
     timings["encode"] = time.perf_counter() - start
+    log(f"Stage A {variants[0].dataset if variants else ''} (seed {seed}): {stats.requested:,} pairs requested, "
+        f"{stats.unique:,} unique, {stats.from_cache:,} read from cache, {stats.encoded:,} encoded "
+        f"in {elapsed(timings['encode'])}")
     cache.close()
     result = StageAResult({e.variant_id: e for e in encoded}, pair, bi, stats, (sizes[0], sizes[1]), timings)
     with atomic_open(cache_dir / f"stage_a-{seed}.json", "w") as fh:

@@ -42,14 +42,14 @@ INTERVAL_COLUMNS = ("dataset", "construction", "model_a", "model_b", "metric", "
 
 
 def evaluation_dirs(scale: str) -> list[Path]:
-    root = paths.artifacts_dir() / scale / "evaluate"
+    root = paths.run_dir(scale) / "evaluate"
     return sorted(p.parent for p in root.glob("*/*/metrics.csv"))
 
 
 def load_metrics(scale: str) -> pd.DataFrame:
     frames = [pd.read_csv(d / "metrics.csv") for d in evaluation_dirs(scale)]
     if not frames:
-        raise FileNotFoundError(f"no evaluate results under {paths.artifacts_dir() / scale / 'evaluate'}; "
+        raise FileNotFoundError(f"no evaluate results under {paths.run_dir(scale) / 'evaluate'}; "
                                 "run `memsafe evaluate --dataset D --scale S` first")
     return pd.concat(frames, ignore_index=True)
 
@@ -123,7 +123,7 @@ def data_invariants_hold(datasets: Sequence[str], scale: str) -> bool:
 def summarize(scale: str, n_resamples: int = 1000) -> dict[str, Path]:
     """Write summary, intervals, Wilcoxon, gates and hypotheses under artifacts/<scale>/evaluate/."""
     metrics = load_metrics(scale)
-    out = paths.artifacts_dir() / scale / "evaluate"
+    out = paths.output_dir(scale, "evaluate")
     summary = summary_table(metrics)
     intervals = pd.concat([bootstrap_intervals(d, COMPARISONS, n_resamples) for d in evaluation_dirs(scale)],
                           ignore_index=True)

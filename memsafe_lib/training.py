@@ -24,6 +24,7 @@ from .io import atomic_open
 from .ledger import code_fingerprint
 from .memsafe import MemSafe
 from .paths import NeuralBudget, encoder_seed_for, scale_config
+from .progress import log, step
 from .setmodel import GRID, SetModelConfig
 from .stagea import StageAConfig, StageAResult, run_stage_a
 
@@ -33,7 +34,7 @@ GRID_DATASET = "musique"
 
 def stage_a_dir(scale: str, dataset: str) -> Path:
     """Fold encoders, checkpoints and the SQLite encoding cache of a dataset (not committed)."""
-    return paths.output_dir(scale, "02_training") / ".cache" / dataset / "stage_a"
+    return paths.cache_dir(scale, "02_training") / dataset / "stage_a"
 
 
 @dataclass
@@ -80,16 +81,19 @@ def select_stage_b(scale: str, device: str = "cpu", progress: bool = True) -> di
         return dict(GRID[0])
     path = grid_file(scale)
     meta = path.with_suffix(".json")
-    if path.exists() and meta.exists():
-        saved = json.loads(meta.read_text())
+    recorded = paths.recorded_dir(scale) / "02_training" / meta.name  # a scratch run may reuse it
+    for saved_meta in dict.fromkeys([meta, recorded]):
+        saved = json.loads(saved_meta.read_text()) if saved_meta.exists() else {}
         if saved.get("code") == code_fingerprint():
+            log(f"Stage B grid: reusing the selection in {saved_meta} ({saved['selected']})")
             return dict(saved["selected"])
     _, result = build(GRID_DATASET, "size-matched", scale)
     seed = budget.encoder_seeds[0]
     encodings = stage_a_for(result, scale, seed, device, progress).encodings
     splits = by_split(result.variants)
     model = MemSafe(encodings, seed=seed, base=SetModelConfig(epochs=budget.stage_b_epochs), grid=GRID)
-    model.fit(splits["train"], splits["validation"])
+    with step(f"Stage B grid: {len(GRID)} points on {GRID_DATASET} validation"):
+        model.fit(splits["train"], splits["validation"])
     scores = pd.DataFrame(model.selection_scores)
     selected = {k: model.config[k] for k in GRID[0]}
     with atomic_open(path, "w") as fh:
@@ -134,7 +138,7 @@ def train_gate(dataset: str, scale: str, seed: int | None = None, out: Path | No
     gate = Gate.from_estimator(estimator, stage_a.encoders, stage_a.bi,
                                {"dataset": dataset, "scale": scale, "fingerprint": fingerprint(loaded.files, settings),
                                 "metrics": metrics, "training": settings})
-    path = gate.save(out or paths.artifacts_dir() / scale / "gates" / f"{dataset}-seed{seed}")
+    path = gate.save(out or paths.run_dir(scale) / "gates" / f"{dataset}-seed{seed}")
     record_run(f"train:{dataset}", scale, raw_files=loaded.files, settings=settings,
                outputs=[path / "config.json", path / "set_model.safetensors"], metrics=metrics)
     return path

@@ -42,7 +42,9 @@ from memsafe_lib.data import load_dataset
 from memsafe_lib.io import write_json
 from memsafe_lib.ledger import record_run
 from memsafe_lib.proposition import counterexample_auroc, size_only_bound, two_group_tv
+from memsafe_lib.threads import configure_threads
 
+configure_threads()  # native pools at MEMSAFE_THREADS (default 1): see memsafe_lib/threads.py
 pd.set_option("display.width", 200, "display.max_columns", 30, "display.precision", 4)
 config = paths.scale_config(scale)
 out = paths.output_dir(scale, "01_construction_audit")
@@ -215,7 +217,19 @@ print("ledger run", entry["fingerprint"]["run"], "with", len(outputs), "outputs"
 # score distribution by state, and a test memory unit by unit (evidence highlighted).
 
 # %%
-from memsafe_lib.explorer import ExplorerData, build_explorer
+from IPython.display import HTML
 
-build_explorer(ExplorerData.from_results([r for ds in datasets for r in results[ds].values()
-                                          if r.construction in ("size-matched", "deletion")]))
+from memsafe_lib.explorer import ExplorerData, build_explorer, static_view
+
+explorer_data = ExplorerData.from_results([r for ds in datasets for r in results[ds].values()
+                                           if r.construction in ("size-matched", "deletion")])
+build_explorer(explorer_data)
+
+# %% [markdown]
+# The same view without a kernel: the paragraph-count control on the first dataset under both
+# constructions, as the widget draws it (for readers of the executed notebook, where widgets
+# need a live kernel to respond).
+
+# %%
+display(HTML("".join(static_view(explorer_data, datasets[0], c, "paragraph_count")
+                     for c in ("deletion", "size-matched"))))

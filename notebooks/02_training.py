@@ -61,8 +61,10 @@ from memsafe_lib.io import write_json
 from memsafe_lib.judge import evaluate_judge
 from memsafe_lib.ledger import record_run
 from memsafe_lib.summary import summarize
+from memsafe_lib.threads import configure_threads
 from memsafe_lib.training import grid_file
 
+configure_threads()  # native pools at MEMSAFE_THREADS (default 1): see memsafe_lib/threads.py
 pd.set_option("display.width", 220, "display.max_columns", 40, "display.precision", 4)
 config = paths.scale_config(scale)
 out = paths.output_dir(scale, "02_training")

@@ -9,6 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from memsafe_lib.threads import configure_threads
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite runs with the library's thread setting, like the CLI and the notebooks."""
+    configure_threads()
+
 FIXTURES = Path(__file__).parent / "fixtures"
 QA_FIXTURES = FIXTURES / "qa"
 

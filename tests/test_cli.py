@@ -84,3 +84,47 @@ def test_outputs_get_ordinary_permissions(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_exploring_writes_scratch_and_record_writes_the_committed_ledger(
+        qa_fixtures: Path, isolated_artifacts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memsafe_lib import paths
+
+    monkeypatch.delenv(paths.RECORD_ENV, raising=False)
+    assert main(["data", "check", "--scale", "cpu"]) == 0
+    assert (isolated_artifacts / "scratch" / "cpu" / "ledger.jsonl").exists()
+    assert not (isolated_artifacts / "cpu" / "ledger.jsonl").exists()
+    assert main(["data", "check", "--scale", "cpu", "--record"]) == 0
+    (entry,) = [json.loads(x) for x in (isolated_artifacts / "cpu" / "ledger.jsonl").read_text().splitlines()]
+    assert entry["kind"] == "data-check"
+
+
+def _git_status() -> str | None:
+    from memsafe_lib import paths
+
+    try:
+        proc = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=paths.REPO_ROOT,
+                              capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return proc.stdout
+
+
+def test_cli_verbs_leave_a_clone_clean(real_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the exploratory verbs against the repository's own artifacts directory, as a user
+    would: nothing git tracks (or would pick up) changes."""
+    from memsafe_lib import paths
+
+    before = _git_status()
+    if before is None:
+        pytest.skip("not a git checkout")
+    monkeypatch.setenv("MEMSAFE_ARTIFACTS_DIR", str(paths.REPO_ROOT / "artifacts"))
+    monkeypatch.delenv(paths.RECORD_ENV, raising=False)
+    for argv in (["data", "check", "--dataset", "2wikimultihopqa"],
+                 ["audit", "--dataset", "2wikimultihopqa"],
+                 ["construct", "--dataset", "2wikimultihopqa", "--out", str(tmp_path / "v.jsonl")],
+                 ["evaluate", "--dataset", "2wikimultihopqa", "--models", "majority,text_length", "--scale", "smoke"],
+                 ["summarize", "--scale", "smoke", "--resamples", "10"],
+                 ["report"]):
+        assert main(argv) == 0, argv
+    assert _git_status() == before

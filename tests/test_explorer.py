@@ -217,6 +217,25 @@ def test_build_explorer_reacts_to_dropdowns(data: X.ExplorerData) -> None:
     assert X.sample_variants(data, "synthetic", "deletion")[1].variant_id in widget.memory.value
 
 
+def test_labels_are_not_cut_off(data: X.ExplorerData) -> None:
+    widget = X.build_explorer(data)
+    for control in (widget.dataset, widget.construction, widget.control, widget.sample):
+        assert control.style.description_width == "initial", control.description
+
+
+def test_static_view_is_what_the_widget_shows(data: X.ExplorerData) -> None:
+    """The kernel-free view carries the same metrics, figure and memory as the widget."""
+    import base64
+
+    widget = X.build_explorer(data)
+    widget.construction.value = "deletion"
+    page = X.static_view(data, "synthetic", "deletion", "paragraph_count")
+    assert widget.metrics.value in page and widget.memory.value in page
+    png = page.split('src="data:image/png;base64,', 1)[1].split('"', 1)[0]
+    assert base64.b64decode(png).startswith(b"\x89PNG")
+    assert png == widget.figure.outputs[0]["data"]["image/png"]
+
+
 def test_build_explorer_needs_fitted_controls() -> None:
     with pytest.raises(ValueError, match="nothing to explore"):
         X.build_explorer(X.ExplorerData.from_results([C.ConstructionResult("empty", "deletion", [], [])]))

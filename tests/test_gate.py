@@ -98,7 +98,8 @@ def test_cli_score_writes_one_line_per_memory(trained: Trained, tmp_path: Path) 
     assert main(["score", "--gate", str(trained.gate_dir), "--input", str(src), "--out", str(out)]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == ["m1", "m2"] and [len(r["unit_evidence"]) for r in rows] == [1, 2]
-    assert set(rows[0]) == {"id", "unsafe_prob", "state_probs", "unit_evidence", "missing_count"}
+    assert set(rows[0]) == {"id", "unsafe_prob", "state_probs", "unit_evidence", "missing_count", "truncated_units",
+                            "max_length"}
 
 
 @pytest.mark.parametrize(("line", "where"), [
@@ -117,3 +118,21 @@ def test_cli_score_rejects_bad_memories(trained: Trained, tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert f"{src}, {where}" in err
     assert not out.exists()  # nothing half-written
+
+
+def test_gate_reports_units_longer_than_its_window(trained: Trained, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    gate = Gate.load(trained.gate_dir)
+    long_unit = "glacier ice " * 200  # far beyond the 48-token window of this gate
+    out = gate.score("What about glacier ice?", ["Short unit.", long_unit])
+    assert (out.truncated_units, out.max_length) == (1, 48)
+    assert gate.score("What about glacier ice?", ["Short unit."]).truncated_units == 0
+    src = tmp_path / "memories.jsonl"
+    src.write_text(json.dumps({"query": "What about glacier ice?", "units": ["Short.", long_unit]}) + "\n")
+    assert main(["score", "--gate", str(trained.gate_dir), "--input", str(src), "--out", str(tmp_path / "o")]) == 0
+    assert "1 of 2 units in 1 of 1 memories are longer than the encoder's 48-token window" in capsys.readouterr().err
+
+
+def test_loading_a_missing_gate_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="memsafe train --dataset musique --scale smoke --out"):
+        Gate.load(tmp_path)

@@ -108,3 +108,72 @@ def test_training_smoke_outputs(real_data: Path) -> None:
                                                                                  "2wikimultihopqa"}
     stage_a = pd.read_csv(out / "stage_a.csv")
     assert (stage_a.pairs_unique <= stage_a.pairs_requested).all() and (stage_a.dedupe_ratio > 1).all()
+
+
+def test_saving_from_jupyterlab_keeps_the_committed_file(tmp_path: Path) -> None:
+    """JupyterLab saves a .py notebook through jupytext's contents manager; with the
+    project's jupytext.toml that rewrites every notebook byte for byte (no version header)."""
+    import shutil
+
+    from jupytext import TextFileContentsManager
+
+    shutil.copy(paths.REPO_ROOT / "jupytext.toml", tmp_path / "jupytext.toml")
+    manager = TextFileContentsManager(root_dir=str(tmp_path))
+    for name in available():
+        source = paths.notebooks_dir() / f"{name}.py"
+        shutil.copy(source, tmp_path / source.name)
+        model = manager.get(source.name, content=True)
+        assert model["type"] == "notebook"
+        manager.save(model, source.name)
+        assert (tmp_path / source.name).read_text() == source.read_text(), name
+
+
+def _lab_overrides() -> Path:
+    import sys
+
+    return Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+
+
+def test_jupyterlab_serves_py_notebooks_as_notebooks_with_our_kernel(tmp_path: Path) -> None:
+    """`make lab`'s server: the .py files default to the Jupytext Notebook viewer, open as
+    notebooks, and the memsafe kernel is registered (loopback only, bounded in time)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    if not _lab_overrides().exists():
+        pytest.skip("JupyterLab settings not installed in this environment (make install writes them)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = "memsafe-test"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={paths.REPO_ROOT}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(tmp_path)})
+
+    def get(path: str) -> dict:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                settings = get("/lab/api/settings/@jupyterlab/docmanager-extension:plugin")
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.5)
+        assert settings["schema"]["properties"]["defaultViewers"]["default"]["python"] == "Jupytext Notebook"
+        model = get("/api/contents/notebooks/01_construction_audit.py?type=notebook&content=1")
+        assert model["type"] == "notebook" and model["content"]["metadata"]["kernelspec"]["name"] == "memsafe"
+        assert "memsafe" in get("/api/kernelspecs")["kernelspecs"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

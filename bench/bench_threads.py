@@ -1,0 +1,129 @@
+"""Native thread pools on a small machine: LexSet fit time and Stage A encoding throughput
+with each library's default threads (``MEMSAFE_THREADS=0``, the code before the thread
+setting), with our defaults (``MEMSAFE_THREADS`` unset: one thread for scikit-learn fits,
+one per core for torch) and with 1 and 2 threads everywhere, on an idle machine and on one
+where as many busy processes as cores run beside it.
+
+Each measurement runs in a fresh process (OpenMP reads its settings when it loads), so the
+settings cannot leak from one run to the next. A run that exceeds ``--timeout`` is reported
+as at least that long.
+
+    MEMSAFE_DATA_DIR=../shared/data .venv/bin/python bench/bench_threads.py --scale cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from report import save_report  # bench/report.py (scripts run from bench/)
+
+HERE = Path(__file__).resolve()
+
+
+def worker(kind: str, dataset: str, scale: str, pairs: int) -> dict[str, float]:
+    """One measurement in this process, after the entry-point thread setting."""
+    from memsafe_lib.threads import configure_threads
+
+    configure_threads()
+    from memsafe_lib.audit import by_split
+    from memsafe_lib.construction import build
+
+    _, result = build(dataset, "size-matched", scale)
+    split = by_split(result.variants)
+    if kind == "lexset":
+        from memsafe_lib.lexset import LexSet
+        from memsafe_lib.metrics import unsafe_auroc
+
+        start = time.perf_counter()
+        model = LexSet(seed=17).fit(split["train"], split["validation"])
+        seconds = time.perf_counter() - start
+        preds = model.predict(split["test"])
+        return {"seconds": seconds, "test_auroc": unsafe_auroc([v.unsafe for v in split["test"]], preds.unsafe_prob)}
+    import torch
+
+    from memsafe_lib.encoders import BiEncoder, CrossEncoder, EncoderConfig, EncodeStats, encode_pairs, variant_pairs
+
+    config = EncoderConfig(max_length=128)
+    plain, _, _ = variant_pairs(split["test"][:360], BiEncoder(config))
+    model = CrossEncoder(config)
+    stats = EncodeStats()
+    encode_pairs(model, plain[:pairs], None, progress=False, stats=stats)
+    return {"seconds": stats.seconds, "pairs_per_s": stats.encoded / max(stats.seconds, 1e-9),
+            "torch_threads": torch.get_num_threads()}
+
+
+SETTINGS = {"library defaults": "0", "memsafe defaults": None, "1 thread": "1", "2 threads": "2"}
+"""Row label -> MEMSAFE_THREADS (None = unset)."""
+
+
+def measure(kind: str, threads: str | None, args: argparse.Namespace) -> dict[str, float | str]:
+    env = dict(os.environ)
+    for var in ("MEMSAFE_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.pop(var, None)  # the "library defaults" row must really be the defaults
+    if threads is not None:
+        env["MEMSAFE_THREADS"] = threads
+    cmd = [sys.executable, str(HERE), "--worker", kind, "--dataset", args.dataset, "--scale", args.scale,
+           "--pairs", str(args.pairs)]
+    start = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout, check=True)
+    except subprocess.TimeoutExpired:
+        return {"seconds": float(args.timeout), "timed_out": "yes"}
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"worker failed:\n{exc.stderr}") from None
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["process_seconds"] = time.perf_counter() - start
+    result["timed_out"] = "no"
+    return result
+
+
+def busy_processes(n: int) -> list[subprocess.Popen]:
+    """``n`` processes that each keep one core busy: the 'other work beside it'."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="musique")
+    parser.add_argument("--scale", default="cpu")
+    parser.add_argument("--pairs", type=int, default=1024, help="pairs encoded in the torch measurement")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds before a run counts as stalled")
+    parser.add_argument("--worker", choices=["lexset", "torch"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.dataset, args.scale, args.pairs)))
+        return
+
+    import pandas as pd
+
+    from memsafe_lib.construction import build
+
+    cores = os.cpu_count() or 1
+    rows: list[dict[str, float | str]] = []
+    for load in ("idle", "busy"):
+        procs = busy_processes(cores) if load == "busy" else []
+        try:
+            for kind in ("lexset", "torch"):
+                for label, threads in SETTINGS.items():
+                    result = measure(kind, threads, args)
+                    print(f"{kind:6s} {load:4s} {label:16s} {json.dumps(result)}", flush=True)
+                    rows.append({"step": "LexSet fit" if kind == "lexset" else "Stage A encode", "machine": load,
+                                 "threads": label, **result})
+        finally:
+            for p in procs:
+                p.kill()
+    table = pd.DataFrame(rows)
+    loaded, _ = build(args.dataset, "size-matched", args.scale)
+    report = {"dataset": args.dataset, "cores": cores, "timeout_s": args.timeout, "pairs": args.pairs,
+              "rows": rows}
+    save_report("threads", f"threads_{args.dataset}", args, loaded.files, report, table=table)
+
+
+if __name__ == "__main__":
+    main()
