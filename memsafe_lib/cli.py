@@ -175,10 +175,12 @@ def cmd_notebook(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .paper_report import update_report
+    from .paper_report import update_documents
 
-    out = update_report()
-    print(f"updated {out}" + ("" if paths.recording() else "  (paper/REPORT.md itself changes only with --record)"))
+    for out in update_documents():
+        print(f"updated {out}")
+    if not paths.recording():
+        print("(paper/REPORT.md and README.md themselves change only with --record)")
     return 0
 
 
@@ -255,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scale(p)
     p.set_defaults(func=cmd_notebook)
 
-    p = sub.add_parser("report", help="refresh the generated tables in paper/REPORT.md from artifacts/")
+    p = sub.add_parser("report", help="refresh the generated tables in paper/REPORT.md and README.md from artifacts/")
     _add_record(p)
     p.set_defaults(func=cmd_report)
     return parser

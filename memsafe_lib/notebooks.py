@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import pandas as pd
+
 from . import paths
+from .io import write_text
+from .ledger import code_fingerprint, record_run
 from .progress import step
 
 
@@ -47,12 +53,14 @@ def run_notebook(name: str, scale: str, *, kernel: str | None = None, output: Pa
         try:
             # The kernel's stderr (our step lines with elapsed time, warnings) reaches this
             # terminal as it is written; papermill's cell bar only where a person watches.
+            start = time.monotonic()
             with step(f"notebook {name} at scale {scale}"):
                 papermill.execute_notebook(
                     str(src_ipynb), partial, parameters={"scale": scale, **(parameters or {})},
                     kernel_name=kernel or default_kernel(), cwd=str(paths.notebooks_dir()),
                     progress_bar=sys.stderr.isatty(), stderr_file=sys.stderr,
                 )
+            seconds = time.monotonic() - start
             _relative_papermill_paths(Path(partial), source, output)
             _flatten_progress_widgets(Path(partial))
             os.chmod(partial, 0o644)  # mkstemp creates 0600; artifacts are for everyone to read
@@ -60,7 +68,24 @@ def run_notebook(name: str, scale: str, *, kernel: str | None = None, output: Pa
         finally:
             if os.path.exists(partial):
                 os.unlink(partial)
+    _record_run_time(name, scale, seconds, output)
     return output
+
+
+def _record_run_time(name: str, scale: str, seconds: float, executed: Path) -> None:
+    """Wall time of the notebook's last execution in ``run_times.csv`` (one row per notebook,
+    for the README's and REPORT's time tables) and a ledger entry naming the executed notebook.
+    Caches make a resumed run faster: the row says how long this execution took, no more."""
+    table = paths.run_dir(scale) / "run_times.csv"
+    row = {"notebook": name, "scale": scale, "minutes": round(seconds / 60, 2), "cores": os.cpu_count() or 1,
+           "fit_threads": paths.fit_threads(), "torch_threads": paths.torch_threads(),
+           "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "code": code_fingerprint()[:12]}
+    old = pd.read_csv(table) if table.exists() else pd.DataFrame(columns=list(row))
+    frame = pd.concat([old[old.notebook != name], pd.DataFrame([row])], ignore_index=True).sort_values("notebook")
+    write_text(table, frame.to_csv(index=False))
+    record_run(f"notebook-run:{name}", scale, settings={"notebook": name, "threads": [row["fit_threads"],
+                                                                                      row["torch_threads"]]},
+               outputs=[executed, table], metrics={"seconds": round(seconds, 1)})
 
 
 def _relative_papermill_paths(notebook: Path, source: Path, output: Path) -> None:

@@ -60,14 +60,21 @@ def render(text: str, artifacts: Path | None = None) -> str:
 
 
 REPORT = paths.REPO_ROOT / "paper" / "REPORT.md"
+GENERATED_DOCUMENTS: tuple[Path, ...] = (REPORT, paths.REPO_ROOT / "README.md")
+"""Files with generated blocks: the report and the README's time table."""
 
 
 def update_report(report: Path | None = None, artifacts: Path | None = None, out: Path | None = None) -> Path:
-    """Regenerate the tables of ``report`` from the recorded artifacts. The committed report
-    is rewritten only in a reproduce run (:func:`paths.recording`); otherwise the refreshed
-    copy goes to ``artifacts/scratch/REPORT.md``, for comparison."""
+    """Regenerate the tables of ``report`` from the recorded artifacts. The committed file is
+    rewritten only in a reproduce run (:func:`paths.recording`); otherwise the refreshed copy
+    goes to ``artifacts/scratch/<file name>``, for comparison."""
     report = report or REPORT
     if out is None:
         out = report if paths.recording() else paths.artifacts_dir() / paths.SCRATCH / report.name
     write_text(out, render(report.read_text(encoding="utf-8"), artifacts))
     return out
+
+
+def update_documents(artifacts: Path | None = None) -> list[Path]:
+    """``memsafe report``: every file of :data:`GENERATED_DOCUMENTS`."""
+    return [update_report(doc, artifacts) for doc in GENERATED_DOCUMENTS]

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
 from memsafe_lib import paths
@@ -65,6 +66,7 @@ def test_progress_widgets_become_one_text_line_and_other_widgets_keep_state(tmp_
 @pytest.mark.parametrize("name", available())
 def test_notebook_runs_at_smoke_scale(real_data: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setenv("MEMSAFE_ARTIFACTS_DIR", str(paths.REPO_ROOT / "artifacts"))
+    monkeypatch.setenv(paths.RECORD_ENV, "1")  # a reproduce run of smoke: artifacts/smoke/, checked by nbval
     executed = run_notebook(name, "smoke")
     assert executed == paths.REPO_ROOT / "artifacts" / "smoke" / name / f"{name}.ipynb"
     nb = nbformat.read(executed, as_version=4)
@@ -72,9 +74,11 @@ def test_notebook_runs_at_smoke_scale(real_data: Path, monkeypatch: pytest.Monke
     assert not errors
     produced = {p.suffix for p in executed.parent.iterdir()}
     assert {".csv", ".png", ".json"} <= produced
-    entry = read_ledger("smoke")[-1]
-    assert entry["kind"] == f"notebook:{name}"
-    assert all(Path(paths.artifacts_dir(), k).exists() for k in entry["outputs"])
+    entry, timing = read_ledger("smoke")[-2:]
+    assert entry["kind"] == f"notebook:{name}" and timing["kind"] == f"notebook-run:{name}"
+    assert all(Path(paths.artifacts_dir(), k).exists() for k in [*entry["outputs"], *timing["outputs"]])
+    times = pd.read_csv(paths.REPO_ROOT / "artifacts" / "smoke" / "run_times.csv").set_index("notebook")
+    assert times.loc[name, "minutes"] == pytest.approx(timing["metrics"]["seconds"] / 60, abs=0.01)
 
 
 def test_construction_audit_smoke_summary(real_data: Path) -> None:
@@ -91,7 +95,6 @@ def test_construction_audit_smoke_summary(real_data: Path) -> None:
 def test_training_smoke_outputs(real_data: Path) -> None:
     """Notebook 02's smoke run trained and scored every model of Table "main" on all three
     datasets, and the judge comparison and selective table exist."""
-    import pandas as pd
 
     out = paths.REPO_ROOT / "artifacts" / "smoke" / "02_training"
     if not (out / "main_table.csv").exists():
