@@ -1,14 +1,16 @@
 """Native thread pools on a small machine: LexSet fit time and Stage A encoding throughput
 with each library's default threads (``MEMSAFE_THREADS=0``, the code before the thread
 setting), with our defaults (``MEMSAFE_THREADS`` unset: one thread for scikit-learn fits,
-one per core for torch) and with 1 and 2 threads everywhere, on an idle machine and on one
-where as many busy processes as cores run beside it.
+one per core for torch) and with 1 and 2 threads everywhere, and a whole smoke run of
+notebook 01 before/after, on an idle machine and on one where as many busy processes as
+cores run beside it.
 
 Each measurement runs in a fresh process (OpenMP reads its settings when it loads), so the
 settings cannot leak from one run to the next. A run that exceeds ``--timeout`` is reported
 as at least that long.
 
-    MEMSAFE_DATA_DIR=../shared/data .venv/bin/python bench/bench_threads.py --scale cpu
+    MEMSAFE_RECORD=1 MEMSAFE_DATA_DIR=../shared/data .venv/bin/python bench/bench_threads.py [--kinds notebook]
+    (MEMSAFE_RECORD=1 writes artifacts/cpu/bench/ and its ledger; without it, artifacts/scratch/)
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,6 +34,12 @@ def worker(kind: str, dataset: str, scale: str, pairs: int) -> dict[str, float]:
     from memsafe_lib.threads import configure_threads
 
     configure_threads()
+    if kind == "notebook":  # the whole smoke notebook 01 (its audit fits LexSet), kernel included
+        from memsafe_lib.notebooks import run_notebook
+
+        start = time.perf_counter()
+        run_notebook("01_construction_audit", "smoke")
+        return {"seconds": time.perf_counter() - start}
     from memsafe_lib.audit import by_split
     from memsafe_lib.construction import build
 
@@ -60,24 +69,33 @@ def worker(kind: str, dataset: str, scale: str, pairs: int) -> dict[str, float]:
 
 SETTINGS = {"library defaults": "0", "memsafe defaults": None, "1 thread": "1", "2 threads": "2"}
 """Row label -> MEMSAFE_THREADS (None = unset)."""
+STEPS = {"lexset": ("LexSet fit", tuple(SETTINGS)), "torch": ("Stage A encode", tuple(SETTINGS)),
+         "notebook": ("notebook 01 at smoke", ("library defaults", "memsafe defaults"))}
+"""Measurement kind -> (row label, settings compared); the notebook takes minutes, so only
+the before/after pair."""
 
 
 def measure(kind: str, threads: str | None, args: argparse.Namespace) -> dict[str, float | str]:
     env = dict(os.environ)
-    for var in ("MEMSAFE_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.pop(var, None)  # the "library defaults" row must really be the defaults
+    for var in ("MEMSAFE_THREADS", "MEMSAFE_RECORD", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.pop(var, None)  # the "library defaults" row must really be the defaults; workers never record
     if threads is not None:
         env["MEMSAFE_THREADS"] = threads
     cmd = [sys.executable, str(HERE), "--worker", kind, "--dataset", args.dataset, "--scale", args.scale,
            "--pairs", str(args.pairs)]
     start = time.perf_counter()
+    # Own session, so a timeout also ends what the worker started (a notebook's kernel).
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout, check=True)
+        stdout, stderr = proc.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         return {"seconds": float(args.timeout), "timed_out": "yes"}
-    except subprocess.CalledProcessError as exc:
-        raise SystemExit(f"worker failed:\n{exc.stderr}") from None
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if proc.returncode:
+        raise SystemExit(f"worker failed:\n{stderr}")
+    result = json.loads(stdout.strip().splitlines()[-1])
     result["process_seconds"] = time.perf_counter() - start
     result["timed_out"] = "no"
     return result
@@ -94,7 +112,9 @@ def main() -> None:
     parser.add_argument("--scale", default="cpu")
     parser.add_argument("--pairs", type=int, default=1024, help="pairs encoded in the torch measurement")
     parser.add_argument("--timeout", type=int, default=300, help="seconds before a run counts as stalled")
-    parser.add_argument("--worker", choices=["lexset", "torch"], help=argparse.SUPPRESS)
+    parser.add_argument("--kinds", default=",".join(STEPS),
+                        help="what to measure; rows of other kinds are kept from the last saved table")
+    parser.add_argument("--worker", choices=list(STEPS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.dataset, args.scale, args.pairs)))
@@ -102,26 +122,34 @@ def main() -> None:
 
     import pandas as pd
 
+    from memsafe_lib import paths
     from memsafe_lib.construction import build
+    from memsafe_lib.evaluate import read_csv
 
+    kinds = args.kinds.split(",")
     cores = os.cpu_count() or 1
     rows: list[dict[str, float | str]] = []
     for load in ("idle", "busy"):
         procs = busy_processes(cores) if load == "busy" else []
         try:
-            for kind in ("lexset", "torch"):
-                for label, threads in SETTINGS.items():
-                    result = measure(kind, threads, args)
-                    print(f"{kind:6s} {load:4s} {label:16s} {json.dumps(result)}", flush=True)
-                    rows.append({"step": "LexSet fit" if kind == "lexset" else "Stage A encode", "machine": load,
-                                 "threads": label, **result})
+            for kind in kinds:
+                step, settings = STEPS[kind]
+                for label in settings:
+                    result = measure(kind, SETTINGS[label], args)
+                    print(f"{kind:8s} {load:4s} {label:16s} {json.dumps(result)}", flush=True)
+                    rows.append({"step": step, "machine": load, "threads": label, **result})
         finally:
             for p in procs:
                 p.kill()
     table = pd.DataFrame(rows)
+    saved = paths.output_dir(args.scale, "bench") / f"threads_{args.dataset}.csv"
+    if saved.exists():  # keep the other kinds' rows of the last full run
+        old = read_csv(saved)
+        measured = {STEPS[k][0] for k in kinds}
+        table = pd.concat([old[~old.step.isin(measured)], table], ignore_index=True)
     loaded, _ = build(args.dataset, "size-matched", args.scale)
     report = {"dataset": args.dataset, "cores": cores, "timeout_s": args.timeout, "pairs": args.pairs,
-              "rows": rows}
+              "rows": table.to_dict(orient="records")}
     save_report("threads", f"threads_{args.dataset}", args, loaded.files, report, table=table)
 
 
