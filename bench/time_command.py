@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pandas as pd
 from report import save_report  # bench/report.py (scripts run from bench/)
@@ -55,6 +56,8 @@ def main() -> None:
     old = read_csv(table_path) if table_path.exists() else pd.DataFrame(columns=list(row))
     table = pd.concat([old[old.command != args.label], pd.DataFrame([row])], ignore_index=True)
     args.command = command
+    # The ledger names where it ran without this machine's paths.
+    args.cwd = "this checkout" if Path(args.cwd).resolve() == paths.REPO_ROOT else "another checkout"
     save_report("command", "commands", args, [], {"last": row}, table=table)
     if rc:
         raise SystemExit(f"{' '.join(command)} exited {rc}; see {log}")
