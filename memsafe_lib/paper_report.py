@@ -8,12 +8,14 @@
 
 so every number in a table comes from a CSV written by a ledgered run, and re-running the
 notebooks and ``memsafe report`` refreshes them without touching the prose. An optional
-``where=col:v1,v2;col:v3`` keeps rows whose column takes one of the listed values.
+``where=col:v1,v2;col:v3`` keeps rows whose column takes one of the listed values (quote the
+whole option when a value has spaces).
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pandas as pd
@@ -40,7 +42,7 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 
 def render_block(spec: str, artifacts: Path) -> str:
-    parts = spec.split()
+    parts = shlex.split(spec)  # a value with spaces is quoted: where="step:notebook 01 at smoke"
     source = artifacts / parts[0]
     options = dict(p.split("=", 1) for p in parts[1:])
     if not source.exists():

@@ -18,6 +18,8 @@ def test_render_fills_filters_and_is_idempotent(tmp_path: Path) -> None:
     assert once == ("Prose stays.\n<!-- memsafe:table cpu/t.csv cols=dataset,auroc where=model:y -->\n"
                     "| dataset | auroc |\n|---|---|\n| b | 0.5000 |\n<!-- /memsafe:table -->\nEnd.\n")
     assert render(once, tmp_path) == once
+    quoted = '<!-- memsafe:table cpu/t.csv cols=auroc "where=model:y y,x" -->\n<!-- /memsafe:table -->\n'
+    assert "| 0.1235 |" in render(quoted, tmp_path)  # a quoted value may hold spaces
 
 
 def test_committed_report_tables_match_committed_artifacts() -> None:
