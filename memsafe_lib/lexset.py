@@ -265,7 +265,7 @@ class LexSet:
     # -- estimator interface
 
     def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> LexSet:
-        with limited_threads():  # OpenMP boosters: see threads.py for the 100x stall this avoids
+        with limited_threads():  # OpenMP boosters: see threads.py for the stall this avoids
             return self._fit(train, validation)
 
     def _fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None) -> LexSet:

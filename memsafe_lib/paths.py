@@ -33,9 +33,9 @@ def artifacts_dir() -> Path:
 
 THREADS_ENV = "MEMSAFE_THREADS"
 DEFAULT_FIT_THREADS = 1
-"""OpenMP/BLAS threads for scikit-learn fits when ``MEMSAFE_THREADS`` is unset. Measured on
-2 cores (``bench/bench_threads.py``): a LexSet fit took 9 s with one thread and 33 s with two
-on an idle machine, and 14 s against a 284 s stall beside two busy processes."""
+"""OpenMP/BLAS threads for scikit-learn fits when ``MEMSAFE_THREADS`` is unset: on 2 cores a
+LexSet fit is about four times faster with one thread than with two on an idle machine, and
+two stall it beside busy processes (``artifacts/cpu/bench/threads_musique.csv``)."""
 
 
 def native_threads() -> int | None:
@@ -62,8 +62,8 @@ def fit_threads() -> int:
 
 def torch_threads() -> int:
     """torch intra-op threads: ``MEMSAFE_THREADS``, else one per core. Encoding on 2 cores ran
-    1.5-1.8x faster with two threads on an idle machine and 1.2x slower beside two busy
-    processes, a far milder loss than OpenMP's stall in scikit-learn."""
+    markedly faster with two threads on an idle machine and at most moderately slower beside
+    busy processes, a far milder loss than OpenMP's stall in scikit-learn (same table)."""
     threads = native_threads()
     return (os.cpu_count() or 1) if threads is None else threads
 
