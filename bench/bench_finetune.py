@@ -11,11 +11,12 @@ import time
 import torch
 from report import save_report  # bench/report.py (scripts run from bench/)
 
-from memsafe_lib.audit import by_split
-from memsafe_lib.construction import build
-from memsafe_lib.encoders import BiEncoder, CrossEncoder, EncoderConfig
-from memsafe_lib.finetune import FinetuneConfig, finetune, training_pairs
+from memsafe_lib.config import scale_config
+from memsafe_lib.encodings.encoders import BiEncoder, CrossEncoder, EncoderConfig
+from memsafe_lib.encodings.finetune import FinetuneConfig, finetune, training_pairs
 from memsafe_lib.threads import configure_threads
+from memsafe_lib.variants.construction import by_split
+from memsafe_lib.variants.store import build
 
 
 def main() -> None:
@@ -29,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_threads()
 
-    loaded, result = build(args.dataset, "size-matched", args.scale)
+    loaded, result = build(args.dataset, "size-matched", scale_config(args.scale))
     train = by_split(result.variants)["train"]
     config = EncoderConfig(device=args.device, bf16=not args.fp32)
     bi = BiEncoder(config)

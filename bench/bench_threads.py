@@ -35,19 +35,21 @@ def worker(kind: str, dataset: str, scale: str, pairs: int) -> dict[str, float]:
 
     configure_threads()
     if kind == "notebook":  # the whole smoke notebook 01 (its audit fits LexSet), kernel included
+        from memsafe_lib.config import SCALES
         from memsafe_lib.notebooks import run_notebook
 
         start = time.perf_counter()
-        run_notebook("01_construction_audit", "smoke")
+        run_notebook("01_construction_audit", SCALES["smoke"])
         return {"seconds": time.perf_counter() - start}
-    from memsafe_lib.audit import by_split
-    from memsafe_lib.construction import build
+    from memsafe_lib.config import scale_config
+    from memsafe_lib.variants.construction import by_split
+    from memsafe_lib.variants.store import build
 
-    _, result = build(dataset, "size-matched", scale)
+    _, result = build(dataset, "size-matched", scale_config(scale))
     split = by_split(result.variants)
     if kind == "lexset":
-        from memsafe_lib.lexset import LexSet
-        from memsafe_lib.metrics import unsafe_auroc
+        from memsafe_lib.estimators.lexset import LexSet
+        from memsafe_lib.measures.metrics import unsafe_auroc
 
         start = time.perf_counter()
         model = LexSet(seed=17).fit(split["train"], split["validation"])
@@ -56,7 +58,14 @@ def worker(kind: str, dataset: str, scale: str, pairs: int) -> dict[str, float]:
         return {"seconds": seconds, "test_auroc": unsafe_auroc([v.unsafe for v in split["test"]], preds.unsafe_prob)}
     import torch
 
-    from memsafe_lib.encoders import BiEncoder, CrossEncoder, EncoderConfig, EncodeStats, encode_pairs, variant_pairs
+    from memsafe_lib.encodings.encoders import (
+        BiEncoder,
+        CrossEncoder,
+        EncoderConfig,
+        EncodeStats,
+        encode_pairs,
+        variant_pairs,
+    )
 
     config = EncoderConfig(max_length=128)
     plain, _, _ = variant_pairs(split["test"][:360], BiEncoder(config))
@@ -122,9 +131,11 @@ def main() -> None:
 
     import pandas as pd
 
-    from memsafe_lib import paths
-    from memsafe_lib.construction import build
-    from memsafe_lib.evaluate import read_csv
+    from memsafe_lib import config
+    from memsafe_lib.io import read_csv
+    from memsafe_lib.variants.store import build
+
+    scale = config.scale_config(args.scale)
 
     kinds = args.kinds.split(",")
     cores = os.cpu_count() or 1
@@ -142,12 +153,12 @@ def main() -> None:
             for p in procs:
                 p.kill()
     table = pd.DataFrame(rows)
-    saved = paths.output_dir(args.scale, "bench") / f"threads_{args.dataset}.csv"
+    saved = scale.output_dir(config.BENCH) / f"threads_{args.dataset}.csv"
     if saved.exists():  # keep the other kinds' rows of the last full run
         old = read_csv(saved)
         measured = {STEPS[k][0] for k in kinds}
         table = pd.concat([old[~old.step.isin(measured)], table], ignore_index=True)
-    loaded, _ = build(args.dataset, "size-matched", args.scale)
+    loaded, _ = build(args.dataset, "size-matched", scale)
     report = {"dataset": args.dataset, "cores": cores, "timeout_s": args.timeout, "pairs": args.pairs,
               "rows": table.to_dict(orient="records")}
     save_report("threads", f"threads_{args.dataset}", args, loaded.files, report, table=table)

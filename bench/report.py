@@ -9,20 +9,20 @@ from typing import Any
 
 import pandas as pd
 
-from memsafe_lib import paths
+from memsafe_lib import config
 from memsafe_lib.data.records import RawFile
-from memsafe_lib.evaluate import write_csv
-from memsafe_lib.io import write_json
+from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
 
 
 def save_report(kind: str, name: str, args: argparse.Namespace, raw_files: Iterable[RawFile],
                 report: dict[str, Any], table: pd.DataFrame | None = None) -> None:
     """``table``: the CSV's rows (default: ``report`` as one row)."""
-    stem = paths.output_dir(args.scale, "bench") / name
+    scale = config.scale_config(args.scale)
+    stem = scale.output_dir(config.BENCH) / name
     out = write_json(stem.with_suffix(".json"), report)
     csv = write_csv(stem.with_suffix(".csv"), pd.DataFrame([report]) if table is None else table)
-    record_run(f"bench:{kind}", args.scale, raw_files=raw_files, settings=vars(args), outputs=[out, csv],
+    record_run(f"bench:{kind}", scale, raw_files=raw_files, settings=vars(args), outputs=[out, csv],
                metrics=report)
     if table is not None:
         print(table.to_string(index=False))

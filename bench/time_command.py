@@ -21,17 +21,16 @@ import subprocess
 import time
 from pathlib import Path
 
-import pandas as pd
 from report import save_report  # bench/report.py (scripts run from bench/)
 
-from memsafe_lib import paths
-from memsafe_lib.evaluate import read_csv
+from memsafe_lib import config
+from memsafe_lib.io import replace_row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", required=True, help="row name, e.g. 'make test (fresh clone)'")
-    parser.add_argument("--cwd", default=str(paths.REPO_ROOT))
+    parser.add_argument("--cwd", default=str(config.REPO_ROOT))
     parser.add_argument("--scale", default="cpu", help="where the result is written (artifacts/<scale>/bench)")
     parser.add_argument("--note", default="", help="conditions worth stating (busy machine, warm caches, ...)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -40,24 +39,23 @@ def main() -> None:
     if not command:
         parser.error("give the command after --")
     slug = re.sub(r"[^a-z0-9]+", "-", args.label.lower()).strip("-")
-    log = paths.artifacts_dir() / paths.SCRATCH / "bench" / f"command-{slug}.log"
+    log = config.artifacts_dir() / config.SCRATCH / "bench" / f"command-{slug}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     # The command starts as from a fresh shell: this script's own --record and artifacts
     # location must not leak into it (MEMSAFE_DATA_DIR and MEMSAFE_THREADS do pass).
-    env = {k: v for k, v in os.environ.items() if k not in {paths.RECORD_ENV, "MEMSAFE_ARTIFACTS_DIR"}}
+    env = {k: v for k, v in os.environ.items() if k not in {config.RECORD_ENV, "MEMSAFE_ARTIFACTS_DIR"}}
     with open(log, "w") as fh:
         rc = subprocess.run(command, cwd=args.cwd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
     seconds = time.monotonic() - start
     row = {"command": args.label, "argv": " ".join(command), "exit_code": rc, "minutes": round(seconds / 60, 1),
            "cores": os.cpu_count() or 1, "note": args.note,
            "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-    table_path = paths.output_dir(args.scale, "bench") / "commands.csv"
-    old = read_csv(table_path) if table_path.exists() else pd.DataFrame(columns=list(row))
-    table = pd.concat([old[old.command != args.label], pd.DataFrame([row])], ignore_index=True)
+    scale = config.scale_config(args.scale)
+    table = replace_row(scale.output_dir(config.BENCH) / "commands.csv", row, key="command")
     args.command = command
     # The ledger names where it ran without this machine's paths.
-    args.cwd = "this checkout" if Path(args.cwd).resolve() == paths.REPO_ROOT else "another checkout"
+    args.cwd = "this checkout" if Path(args.cwd).resolve() == config.REPO_ROOT else "another checkout"
     save_report("command", "commands", args, [], {"last": row}, table=table)
     if rc:
         raise SystemExit(f"{' '.join(command)} exited {rc}; see {log}")

@@ -13,14 +13,33 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import paths
-from .errors import DataFormatError
-from .io import atomic_open
-from .threads import configure_threads
+from memsafe_lib import config
+from memsafe_lib.config import ScaleConfig
+from memsafe_lib.data.download import main_download
+from memsafe_lib.data.loader import DATASETS, discover_files, load_dataset
+from memsafe_lib.encodings.encoders import default_device
+from memsafe_lib.errors import DataFormatError
+from memsafe_lib.estimators.registry import model_group
+from memsafe_lib.evaluation.audit import audit
+from memsafe_lib.evaluation.runs import run_evaluation
+from memsafe_lib.evaluation.summary import summarize
+from memsafe_lib.gate import Gate, read_memories, train_gate
+from memsafe_lib.io import atomic_open, write_json, write_jsonl
+from memsafe_lib.ledger import record_run
+from memsafe_lib.notebooks import available, run_notebook
+from memsafe_lib.reporting.paper_report import update_documents
+from memsafe_lib.threads import configure_threads
+from memsafe_lib.variants.construction import CONSTRUCTIONS, accounting, construct, default_construction
+from memsafe_lib.variants.store import build
+
+
+def _scale(args: argparse.Namespace) -> ScaleConfig:
+    """The run's one configuration object, resolved where the run starts."""
+    return config.scale_config(args.scale)
 
 
 def _add_scale(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scale", choices=sorted(paths.SCALES), default=paths.DEFAULT_SCALE,
+    p.add_argument("--scale", choices=sorted(config.SCALES), default=config.DEFAULT_SCALE,
                    help="smoke (CI subsets), cpu (all local data) or paper (full data, GPU); default %(default)s")
     _add_record(p)
 
@@ -32,13 +51,11 @@ def _add_record(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_data_check(args: argparse.Namespace) -> int:
-    from .construction import accounting, construct, default_construction
-    from .data.loader import DATASETS, discover_files, load_dataset
-    from .ledger import record_run
-
-    data_dir = paths.data_dir()
+    """Parses the raw files afresh (not the variant store): checking them is the point."""
+    scale = _scale(args)
+    data_dir = config.data_dir()
     names = [args.dataset] if args.dataset else list(DATASETS)
-    cap = paths.scale_config(args.scale).max_base_queries
+    cap = scale.max_base_queries
     print(f"data dir: {data_dir}  (scale {args.scale})")
     report, raw_files, ok = [], [], True
     for name in names:
@@ -68,22 +85,17 @@ def cmd_data_check(args: argparse.Namespace) -> int:
         if loaded.warnings:
             print(f"   {len(loaded.warnings)} kept records with warnings, e.g. {loaded.warnings[0]}")
         report.append({**acc, "warnings": len(loaded.warnings)})
-    record_run("data-check", args.scale, raw_files=raw_files, settings={"datasets": names}, metrics={"report": report})
+    record_run("data-check", scale, raw_files=raw_files, settings={"datasets": names}, metrics={"report": report})
     return 0 if ok else 1
 
 
 def cmd_data_download(args: argparse.Namespace) -> int:
-    from .data.download import main_download
-
-    return main_download(args.dataset, paths.data_dir())
+    return main_download(args.dataset, config.data_dir())
 
 
 def cmd_construct(args: argparse.Namespace) -> int:
-    from .construction import accounting, build
-    from .io import write_json, write_jsonl
-    from .ledger import record_run
-
-    loaded, result = build(args.dataset, args.construction, args.scale)
+    scale = _scale(args)
+    loaded, result = build(args.dataset, args.construction, scale)
     out = Path(args.out)
     exclusions = out.with_name(out.name.removesuffix(".jsonl") + ".exclusions.jsonl")
     summary = out.with_name(out.name.removesuffix(".jsonl") + ".summary.json")
@@ -91,7 +103,7 @@ def cmd_construct(args: argparse.Namespace) -> int:
     write_jsonl(exclusions, [e.__dict__ for e in [*result.exclusions, *result.absent]])
     write_json(summary, acc)
     write_jsonl(out, (v.to_dict() for v in result.variants))  # last: its presence means success
-    record_run("construct", args.scale, raw_files=loaded.files,
+    record_run("construct", scale, raw_files=loaded.files,
                settings={"dataset": args.dataset, "construction": result.construction},
                outputs=[out, exclusions, summary], metrics=acc)
     print(json.dumps({"out": str(out), "exclusions": str(exclusions), **acc}, indent=2))
@@ -99,43 +111,34 @@ def cmd_construct(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .audit import audit
-    from .construction import build
-    from .ledger import record_run
-
-    loaded, result = build(args.dataset, args.construction, args.scale)
+    scale = _scale(args)
+    loaded, result = build(args.dataset, args.construction, scale)
     report = audit(result)
     report.pop("rows")
-    record_run("audit", args.scale, raw_files=loaded.files,
+    record_run("audit", scale, raw_files=loaded.files,
                settings={"dataset": args.dataset, "construction": result.construction}, metrics=report)
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluate import run_evaluation
-    from .models import model_group
-
+    scale = _scale(args)
     models = [m for part in args.models.split(",") if part.strip() for m in model_group(part.strip())]
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(paths.scale_config(args.scale).seeds)
-    files = run_evaluation(args.dataset, models, seeds, args.scale, args.construction, device=args.device)
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(scale.seeds)
+    files = run_evaluation(args.dataset, models, seeds, scale, args.construction, device=args.device)
     print(json.dumps({k: str(v) for k, v in files.items()}, indent=2))
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .encoders import default_device
-    from .training import train_gate
-
-    path = train_gate(args.dataset, args.scale, args.seed, Path(args.out) if args.out else None,
+    scale = _scale(args)
+    path = train_gate(args.dataset, scale, args.seed, Path(args.out) if args.out else None,
                       device=args.device or default_device())
     print(f"saved gate: {path}")
     return 0
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from .gate import Gate, read_memories
-
     memories = read_memories(args.input)  # validated before the (slow) model load
     gate = Gate.load(args.gate, device=args.device or "cpu")
     lines, outputs = [], gate.score_many(memories, progress=True)
@@ -157,29 +160,25 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from .summary import summarize
-
-    files = summarize(args.scale, n_resamples=args.resamples)
+    scale = _scale(args)
+    files = summarize(scale, n_resamples=args.resamples)
     print(json.dumps({k: str(v) for k, v in files.items()}, indent=2))
     return 0
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:
-    from .notebooks import available, run_notebook
-
+    scale = _scale(args)
     names = available() if args.name == "all" else [args.name]
     for name in names:
-        out = run_notebook(name, args.scale, kernel=args.kernel)
+        out = run_notebook(name, scale, kernel=args.kernel)
         print(f"executed {name} at scale {args.scale}: {out}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .paper_report import update_documents
-
     for out in update_documents():
         print(f"updated {out}")
-    if not paths.recording():
+    if not config.recording():
         print("(paper/REPORT.md and README.md themselves change only with --record)")
     return 0
 
@@ -189,9 +188,6 @@ def _add_device(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .construction import CONSTRUCTIONS
-    from .data.loader import DATASETS
-
     parser = argparse.ArgumentParser(prog="memsafe", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -268,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         configure_threads()  # before any model library starts its pools (MEMSAFE_THREADS)
         if getattr(args, "record", False):
-            os.environ[paths.RECORD_ENV] = "1"  # notebook kernels inherit it
+            os.environ[config.RECORD_ENV] = "1"  # notebook kernels inherit it
         return int(args.func(args))
     except DataFormatError as exc:
         print(f"memsafe: bad input: {exc}", file=sys.stderr)

@@ -24,15 +24,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save
 
-from .construction import COMPLETE, STATES, MemoryUnit, Variant
-from .encoders import BiEncoder, CrossEncoder, EncoderConfig, Pair, unit_string
-from .errors import DataFormatError
-from .finetune import encode_with_folds
-from .io import atomic_open
-from .lexset import UnitFeaturizer
-from .memsafe import MemSafe, Standardizer, TokenBuilder
-from .setmodel import SetModel, SetModelConfig, predict_sets
+from memsafe_lib import config
+from memsafe_lib.config import ScaleConfig, encoder_seed_for
+from memsafe_lib.encodings.encoders import BiEncoder, CrossEncoder, EncoderConfig, Pair, unit_string
+from memsafe_lib.encodings.finetune import encode_with_folds
+from memsafe_lib.errors import DataFormatError
+from memsafe_lib.estimators.lexset import UnitFeaturizer
+from memsafe_lib.estimators.memsafe import MemSafe, Standardizer, TokenBuilder
+from memsafe_lib.estimators.setmodel import SetModel, SetModelConfig, predict_sets
+from memsafe_lib.evaluation.neural import build_context
+from memsafe_lib.evaluation.runs import EVAL_SPLITS, split_metrics
+from memsafe_lib.io import atomic_open
+from memsafe_lib.ledger import data_fingerprint, fingerprint, record_run
+from memsafe_lib.variants.construction import COMPLETE, STATES, MemoryUnit, Variant, by_split
+from memsafe_lib.variants.store import build
 
 FORMAT_VERSION = 1
 
@@ -103,8 +110,6 @@ class Gate:
 
     def save(self, path: str | Path) -> Path:
         """Write the gate directory; each file is written atomically."""
-        from safetensors.torch import save
-
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
         tensors = {f"model.{k}": v.contiguous() for k, v in self.model.state_dict().items()}
@@ -128,8 +133,6 @@ class Gate:
     def load(cls, path: str | Path, device: str = "cpu", encoder_model: str | None = None) -> Gate:
         """Load a gate directory. ``encoder_model`` overrides where the encoder architecture
         and tokenizer come from (the weights always come from the gate)."""
-        from safetensors.torch import load_file
-
         root = Path(path)
         cfg_file = root / "config.json"
         if not cfg_file.is_file():
@@ -227,3 +230,30 @@ def read_memories(path: str | Path) -> list[dict[str, Any]]:
     if not rows:
         raise DataFormatError(path, "no memories in the file")
     return rows
+
+
+# ---------------------------------------------------------------- training a gate
+
+
+def train_gate(dataset: str, scale: ScaleConfig, seed: int | None = None, out: Path | None = None,
+               device: str = "cpu", progress: bool = True) -> Path:
+    """``memsafe train``: fit MemSafe on ``dataset`` (train split, selection on validation)
+    and save it as a gate directory with its metrics and fingerprint; returns the path."""
+    loaded, result = build(dataset, "size-matched", scale)
+    seed = scale.seeds[0] if seed is None else seed
+    context = build_context(result, scale, [seed], device, progress)
+    splits = by_split(result.variants)
+    estimator = MemSafe(context.encodings(seed), seed, context.set_config())
+    estimator.fit(splits["train"], splits.get("validation"))
+    metrics = {s: split_metrics(splits[s], estimator.predict(splits[s])) for s in EVAL_SPLITS if splits.get(s)}
+    settings = {"dataset": dataset, "scale": scale.name, "seed": seed, "construction": "size-matched",
+                "budget": asdict(context.budget), "stage_b": estimator.config, "data": data_fingerprint(loaded.files)}
+    stage_a = context.stage_a[encoder_seed_for(seed, context.budget.encoder_seeds)]
+    gate = Gate.from_estimator(estimator, stage_a.encoders, stage_a.bi,
+                               {"dataset": dataset, "scale": scale.name,
+                                "fingerprint": fingerprint(loaded.files, settings),
+                                "metrics": metrics, "training": settings})
+    path = gate.save(out or scale.output_dir(config.GATES) / f"{dataset}-seed{seed}")
+    record_run(f"train:{dataset}", scale, raw_files=loaded.files, settings=settings,
+               outputs=[path / "config.json", path / "set_model.safetensors"], metrics=metrics)
+    return path

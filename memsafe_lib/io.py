@@ -1,4 +1,4 @@
-"""Atomic writes and content hashes.
+"""Atomic writes (text, JSON, CSV), CSV reading and content hashes.
 
 Every output is written to a temporary file in the same directory and renamed into
 place, so an interrupted run never leaves a half-written file where a finished one
@@ -14,8 +14,11 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from io import BytesIO
 from pathlib import Path
 from typing import IO, Any
+
+import pandas as pd
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -84,3 +87,32 @@ def open_maybe_gzip(path: str | Path) -> IO[bytes]:
     if path.suffix == ".gz":
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")
+
+
+def write_csv(path: Path, frame: pd.DataFrame, float_format: str | None = "%.10g") -> Path:
+    """Atomic CSV; ``.csv.gz`` is gzipped with a fixed mtime so equal data give equal bytes.
+    Ten significant digits keep score ties as they are; ``float_format=None`` writes pandas'
+    shortest round-trip form (the construction-audit tables)."""
+    text = frame.to_csv(index=False, float_format=float_format)
+    with atomic_open(path, "wb") as fh:
+        if path.name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
+                gz.write(text.encode())
+        else:
+            fh.write(text.encode())
+    return path
+
+
+def read_csv(path: Path) -> pd.DataFrame:
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    if path.name.endswith(".gz"):
+        raw = gzip.decompress(raw)
+    return pd.read_csv(BytesIO(raw))
+
+
+def replace_row(path: Path, row: dict[str, Any], key: str) -> pd.DataFrame:
+    """The table at ``path`` (if any) with the row whose ``key`` equals ``row[key]`` replaced
+    by ``row`` (or ``row`` appended): one row per notebook or command in the run-time tables."""
+    old = read_csv(path) if path.exists() else pd.DataFrame(columns=list(row))
+    return pd.concat([old[old[key] != row[key]], pd.DataFrame([row])], ignore_index=True)

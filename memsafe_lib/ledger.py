@@ -18,9 +18,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import __version__, paths
-from .data.records import RawFile
-from .io import atomic_open, canonical_json, sha256_bytes, sha256_file
+from memsafe_lib import __version__, config
+from memsafe_lib.config import ScaleConfig
+from memsafe_lib.data.records import RawFile
+from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes, sha256_file
 
 
 def code_fingerprint() -> str:
@@ -28,9 +29,9 @@ def code_fingerprint() -> str:
 
     Content, not the git commit, so uncommitted edits change the fingerprint too.
     """
-    root = paths.REPO_ROOT
+    root = config.REPO_ROOT
     files = sorted([*root.joinpath("memsafe_lib").rglob("*.py"), *root.joinpath("memsafe_lib").rglob("*.json"),
-                    *paths.notebooks_dir().glob("*.py")])
+                    *config.notebooks_dir().glob("*.py")])
     parts = [f"{p.relative_to(root).as_posix()}\x1f{sha256_file(p)}" for p in files]
     return sha256_bytes("\n".join(parts).encode())
 
@@ -54,14 +55,9 @@ def fingerprint(files: Iterable[RawFile], settings: Mapping[str, Any],
     return parts
 
 
-def ledger_path(scale: str) -> Path:
-    """The committed ledger in a reproduce run, a scratch ledger otherwise (see paths.recording)."""
-    return paths.run_dir(scale) / "ledger.jsonl"
-
-
 def record_run(
     kind: str,
-    scale: str,
+    scale: ScaleConfig,
     *,
     raw_files: Iterable[RawFile] = (),
     settings: Mapping[str, Any] | None = None,
@@ -69,13 +65,13 @@ def record_run(
     metrics: Mapping[str, Any] | None = None,
     inputs: Iterable[str | Path] = (),
 ) -> dict[str, Any]:
-    """Append one entry to ``artifacts/<scale>/ledger.jsonl`` and return it.
+    """Append one entry to the scale's ledger (``ScaleConfig.ledger_path``) and return it.
 
     ``inputs``: artifacts of earlier runs this step read (hashed like ``outputs``).
     """
     raw_files = list(raw_files)
     settings = dict(settings or {})
-    settings.setdefault("scale", scale)
+    settings.setdefault("scale", scale.name)
     input_hashes = _hashes(inputs)
     entry = {
         "kind": kind,
@@ -88,7 +84,7 @@ def record_run(
         "metrics": dict(metrics or {}),
         "environment": {"memsafe": __version__, "python": sys.version.split()[0], "platform": platform.platform()},
     }
-    path = ledger_path(scale)
+    path = scale.ledger_path
     previous = path.read_text(encoding="utf-8") if path.exists() else ""
     with atomic_open(path) as fh:
         fh.write(previous + json.dumps(entry, sort_keys=True) + "\n")
@@ -97,7 +93,7 @@ def record_run(
 
 def _hashes(files: Iterable[str | Path]) -> dict[str, str]:
     """sha256 per file, keyed by its path relative to the artifacts directory when inside it."""
-    base = paths.artifacts_dir()
+    base = config.artifacts_dir()
     hashes = {}
     for f in files:
         p = Path(f).resolve()
@@ -105,8 +101,8 @@ def _hashes(files: Iterable[str | Path]) -> dict[str, str]:
     return hashes
 
 
-def read_ledger(scale: str) -> list[dict[str, Any]]:
-    path = ledger_path(scale)
+def read_ledger(scale: ScaleConfig) -> list[dict[str, Any]]:
+    path = scale.ledger_path
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

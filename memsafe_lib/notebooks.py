@@ -3,47 +3,50 @@
 from __future__ import annotations
 
 import datetime as dt
+import html
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import pandas as pd
+import nbformat
 
-from . import paths
-from .io import write_text
-from .ledger import code_fingerprint, record_run
-from .progress import step
+from memsafe_lib import config
+from memsafe_lib.config import ScaleConfig
+from memsafe_lib.io import replace_row, write_csv
+from memsafe_lib.ledger import code_fingerprint, record_run
+from memsafe_lib.progress import step
 
 
 def available() -> list[str]:
     """Numbered notebooks present in ``notebooks/`` (e.g. ``01_construction_audit``)."""
-    return sorted(p.stem for p in paths.notebooks_dir().glob("[0-9][0-9]_*.py"))
+    return sorted(p.stem for p in config.notebooks_dir().glob("[0-9][0-9]_*.py"))
 
 
 def default_kernel() -> str:
     """The ``memsafe`` kernel when registered (``make install`` does it), else ``python3``."""
-    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.kernelspec import KernelSpecManager  # lazy: the notebook stack loads only to run one
 
     return "memsafe" if "memsafe" in KernelSpecManager().find_kernel_specs() else "python3"
 
 
-def run_notebook(name: str, scale: str, *, kernel: str | None = None, output: Path | None = None,
+def run_notebook(name: str, scale: ScaleConfig, *, kernel: str | None = None, output: Path | None = None,
                  parameters: dict[str, object] | None = None) -> Path:
     """Convert ``notebooks/<name>.py`` to ipynb, execute it with ``scale`` injected, and
-    atomically place the executed notebook at ``artifacts/<scale>/<name>/<name>.ipynb``."""
-    import jupytext
+    atomically place the executed notebook at ``artifacts/<scale>/<name>/<name>.ipynb``.
+    The kernel receives the scale's name (its parameter cell resolves the config again:
+    a notebook is a run's starting point)."""
+    import jupytext  # lazy: the notebook stack loads only to run one
     import papermill
 
-    paths.scale_config(scale)  # fail early on an unknown scale
     # The kernel runs in notebooks/; hand it absolute locations so relative settings still work.
-    os.environ["MEMSAFE_DATA_DIR"] = str(paths.data_dir())
-    os.environ["MEMSAFE_ARTIFACTS_DIR"] = str(paths.artifacts_dir())
-    source = paths.notebooks_dir() / f"{name}.py"
+    os.environ["MEMSAFE_DATA_DIR"] = str(config.data_dir())
+    os.environ["MEMSAFE_ARTIFACTS_DIR"] = str(config.artifacts_dir())
+    source = config.notebooks_dir() / f"{name}.py"
     if not source.exists():
         raise FileNotFoundError(f"no notebook {source}; available: {', '.join(available())}")
-    output = output or paths.output_dir(scale, name) / f"{name}.ipynb"
+    output = output or scale.output_dir(name) / f"{name}.ipynb"
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="memsafe-nb-") as tmp:
         src_ipynb = Path(tmp) / f"{name}.ipynb"
@@ -54,10 +57,10 @@ def run_notebook(name: str, scale: str, *, kernel: str | None = None, output: Pa
             # The kernel's stderr (our step lines with elapsed time, warnings) reaches this
             # terminal as it is written; papermill's cell bar only where a person watches.
             start = time.monotonic()
-            with step(f"notebook {name} at scale {scale}"):
+            with step(f"notebook {name} at scale {scale.name}"):
                 papermill.execute_notebook(
-                    str(src_ipynb), partial, parameters={"scale": scale, **(parameters or {})},
-                    kernel_name=kernel or default_kernel(), cwd=str(paths.notebooks_dir()),
+                    str(src_ipynb), partial, parameters={"scale": scale.name, **(parameters or {})},
+                    kernel_name=kernel or default_kernel(), cwd=str(config.notebooks_dir()),
                     progress_bar=sys.stderr.isatty(), stderr_file=sys.stderr,
                 )
             seconds = time.monotonic() - start
@@ -72,17 +75,15 @@ def run_notebook(name: str, scale: str, *, kernel: str | None = None, output: Pa
     return output
 
 
-def _record_run_time(name: str, scale: str, seconds: float, executed: Path) -> None:
+def _record_run_time(name: str, scale: ScaleConfig, seconds: float, executed: Path) -> None:
     """Wall time of the notebook's last execution in ``run_times.csv`` (one row per notebook,
     for the README's and REPORT's time tables) and a ledger entry naming the executed notebook.
     Caches make a resumed run faster: the row says how long this execution took, no more."""
-    table = paths.run_dir(scale) / "run_times.csv"
-    row = {"notebook": name, "scale": scale, "minutes": round(seconds / 60, 2), "cores": os.cpu_count() or 1,
-           "fit_threads": paths.fit_threads(), "torch_threads": paths.torch_threads(),
+    row = {"notebook": name, "scale": scale.name, "minutes": round(seconds / 60, 2), "cores": os.cpu_count() or 1,
+           "fit_threads": config.fit_threads(), "torch_threads": config.torch_threads(),
            "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "code": code_fingerprint()[:12]}
-    old = pd.read_csv(table) if table.exists() else pd.DataFrame(columns=list(row))
-    frame = pd.concat([old[old.notebook != name], pd.DataFrame([row])], ignore_index=True).sort_values("notebook")
-    write_text(table, frame.to_csv(index=False))
+    table = scale.run_dir / config.RUN_TIMES_FILE
+    write_csv(table, replace_row(table, row, key="notebook").sort_values("notebook"))
     record_run(f"notebook-run:{name}", scale, settings={"notebook": name, "threads": [row["fit_threads"],
                                                                                       row["torch_threads"]]},
                outputs=[executed, table], metrics={"seconds": round(seconds, 1)})
@@ -90,13 +91,11 @@ def _record_run_time(name: str, scale: str, seconds: float, executed: Path) -> N
 
 def _relative_papermill_paths(notebook: Path, source: Path, output: Path) -> None:
     """Record repo-relative paths instead of this machine's temp paths in the metadata."""
-    import nbformat
-
     nb = nbformat.read(notebook, as_version=4)
     meta = nb.metadata.get("papermill", {})
-    meta["input_path"] = source.relative_to(paths.REPO_ROOT).as_posix()
+    meta["input_path"] = source.relative_to(config.REPO_ROOT).as_posix()
     out = output.resolve()
-    meta["output_path"] = (out.relative_to(paths.REPO_ROOT).as_posix() if out.is_relative_to(paths.REPO_ROOT)
+    meta["output_path"] = (out.relative_to(config.REPO_ROOT).as_posix() if out.is_relative_to(config.REPO_ROOT)
                            else output.name)
     nbformat.write(nb, notebook)
 
@@ -113,10 +112,6 @@ def _flatten_progress_widgets(notebook: Path) -> None:
     final bar ("fine-tune: 100%  250/250 [02:16<00:00]") is what a reader wants to see.
     Other widgets (e.g. the explorer) keep their state.
     """
-    import html
-
-    import nbformat
-
     nb = nbformat.read(notebook, as_version=4)
     state = nb.metadata.get("widgets", {}).get(_WIDGET_STATE, {}).get("state", {})
     if not state:

@@ -8,7 +8,7 @@ Every entry point (the CLI, each notebook's first cell, the test session, ``benc
 :func:`configure_threads`; LexSet also wraps its fits in :func:`limited_threads`, so a user
 who imports the library into their own script gets the same protection.
 
-The numbers come from :mod:`memsafe_lib.paths` (``MEMSAFE_THREADS``): unset, OpenMP/BLAS
+The numbers come from :mod:`memsafe_lib.config` (``MEMSAFE_THREADS``): unset, OpenMP/BLAS
 fits get one thread and torch one per core; a number sets every pool; 0 changes nothing.
 """
 
@@ -18,7 +18,9 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from . import paths
+from threadpoolctl import threadpool_limits
+
+from memsafe_lib import config
 
 _ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -33,16 +35,14 @@ def configure_threads(threads: int | None = None) -> tuple[int, int]:
     reaches the ones already loaded; torch is imported here (about a second) so that its
     intra-op count is set once, whatever ``OMP_NUM_THREADS`` says.
     """
-    if threads is None and paths.native_threads() == 0 or threads == 0:
+    if threads is None and config.native_threads() == 0 or threads == 0:
         return 0, 0
-    fit = paths.fit_threads() if threads is None else threads
-    torch_n = paths.torch_threads() if threads is None else threads
+    fit = config.fit_threads() if threads is None else threads
+    torch_n = config.torch_threads() if threads is None else threads
     for var in _ENV_VARS:
         os.environ[var] = str(fit)
-    from threadpoolctl import threadpool_limits
-
     threadpool_limits(limits=fit)
-    import torch
+    import torch  # lazy: heavy (about a second); only the pools are set here
 
     if torch.get_num_threads() != torch_n:
         torch.set_num_threads(torch_n)
@@ -52,11 +52,9 @@ def configure_threads(threads: int | None = None) -> tuple[int, int]:
 @contextmanager
 def limited_threads(threads: int | None = None) -> Iterator[int]:
     """Hold OpenMP/BLAS pools at ``threads`` (default: the fit setting) inside the block."""
-    threads = paths.fit_threads() if threads is None else threads
+    threads = config.fit_threads() if threads is None else threads
     if threads == 0:
         yield 0
         return
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(limits=threads):
         yield threads

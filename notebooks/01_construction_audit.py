@@ -35,20 +35,21 @@ shortcut_models = ["majority", "paragraph_count", "text_length", "provenance_onl
 import pandas as pd
 from IPython.display import display
 
-from memsafe_lib import paths, reports
-from memsafe_lib.audit import audit
-from memsafe_lib.construction import accounting, construct
-from memsafe_lib.data import load_dataset
-from memsafe_lib.io import write_json
+from memsafe_lib import config
+from memsafe_lib.evaluation.audit import audit
+from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
-from memsafe_lib.proposition import counterexample_auroc, size_only_bound, two_group_tv
+from memsafe_lib.reporting import construction_audit as tables
+from memsafe_lib.reporting.figures import save_figure
 from memsafe_lib.threads import configure_threads
+from memsafe_lib.variants.construction import accounting
+from memsafe_lib.variants.store import build
 
 configure_threads()  # native pools at MEMSAFE_THREADS (default 1): see memsafe_lib/threads.py
 pd.set_option("display.width", 200, "display.max_columns", 30, "display.precision", 4)
-config = paths.scale_config(scale)
-out = paths.output_dir(scale, "01_construction_audit")
-print(f"scale={scale}: {config.description}")
+cfg = config.scale_config(scale)  # the run's one configuration object, passed down from here
+out = cfg.output_dir(config.NB01_AUDIT)
+print(f"scale={scale}: {cfg.description}")
 
 # %% [markdown]
 # ## 1 · From raw files to memory variants
@@ -56,14 +57,17 @@ print(f"scale={scale}: {config.description}")
 # Each dataset is loaded from every file under `MEMSAFE_DATA_DIR/<dataset>/`, de-duplicated by
 # id, and constructed twice: with the leaky **deletion** construction and with the
 # **size-matched** one, where every state holds exactly |D| units. SQuAD 2.0 is kept as
-# released (one paragraph per question; unanswerable = unsafe).
+# released (one paragraph per question; unanswerable = unsafe). Each construction is stored
+# once (`artifacts/<scale>/variants/.cache/`, keyed by the raw files' hashes) and every later
+# step reads it from there.
 
 # %%
-loaded = {ds: load_dataset(ds, max_base_queries=config.max_base_queries) for ds in [*datasets, external_dataset]}
-results = {ds: {c: construct(loaded[ds], c) for c in ("deletion", "size-matched")} for ds in datasets}
-if "musique" in loaded:
-    results["musique"]["family-b"] = construct(loaded["musique"], "family-b")
-squad = construct(loaded[external_dataset], "native")
+constructions = {ds: ["deletion", "size-matched", *(["family-b"] if ds == "musique" else [])] for ds in datasets}
+built = {ds: {c: build(ds, c, cfg) for c in constructions[ds]} for ds in datasets}
+built[external_dataset] = {"native": build(external_dataset, "native", cfg)}
+loaded = {ds: next(iter(by_cons.values()))[0] for ds, by_cons in built.items()}
+results = {ds: {c: result for c, (_, result) in built[ds].items()} for ds in datasets}
+squad = built[external_dataset]["native"][1]
 
 accountings = [accounting(loaded[ds], r) for ds in datasets for r in results[ds].values()]
 accountings.append(accounting(loaded[external_dataset], squad))
@@ -75,13 +79,10 @@ assert all(a["raw_records"] == a["used_records"] + a["excluded"] for a in accoun
 # dataset, one line per excluded record with its reason, is written beside the table.
 
 # %%
-data_table = reports.data_table(accountings)
-data_table.to_csv(out / "data_table.csv", index=False)
+data_table = tables.data_table(accountings)
+write_csv(out / "data_table.csv", data_table, float_format=None)
 for ds, by_cons in results.items():
-    rows = [{**e.__dict__, "kind": "excluded"} for e in by_cons["size-matched"].exclusions]
-    rows += [{**e.__dict__, "kind": "state absent"} for e in by_cons["size-matched"].absent]
-    pd.DataFrame(rows, columns=["dataset", "record_id", "reason", "file", "record_index", "stage", "detail", "kind"]
-                 ).to_csv(out / f"exclusions_{ds}.csv", index=False)
+    write_csv(out / f"exclusions_{ds}.csv", tables.exclusion_table(by_cons["size-matched"]), float_format=None)
 display(data_table.drop(columns=["excluded_by_reason"]))
 display(data_table[["dataset", "construction", "excluded_by_reason"]])
 
@@ -102,15 +103,15 @@ display(data_table[["dataset", "construction", "excluded_by_reason"]])
 
 # %%
 audits = [audit(results[ds][c], controls=shortcut_models) for ds in datasets for c in ("deletion", "size-matched")]
-controls = reports.control_table(audits)
-controls.to_csv(out / "controls_test.csv", index=False)
+controls = tables.control_table(audits)
+write_csv(out / "controls_test.csv", controls, float_format=None)
 display(controls.pivot_table(index=["construction", "model"], columns="dataset", values="unsafe_auroc"))
 display(controls[["dataset", "construction", "model", "n_variants", "unsafe_auroc", "paper_unsafe_auroc",
                   "macro_f1", "paper_macro_f1"]])
 
 # %%
-fig = reports.plot_shortcut(results["musique"], controls, "musique")
-reports.save_figure(fig, out / "fig_shortcut.png")
+fig = tables.plot_shortcut(results["musique"], controls, "musique")
+save_figure(fig, out / "fig_shortcut.png")
 fig
 
 # %% [markdown]
@@ -130,11 +131,11 @@ fig
 # fitted paragraph-count control.
 
 # %%
-prop = reports.proposition_table(audits)
-prop.to_csv(out / "proposition1.csv", index=False)
+prop = tables.proposition_table(audits)
+write_csv(out / "proposition1.csv", prop, float_format=None)
 display(prop)
-fig = reports.plot_proposition(prop)
-reports.save_figure(fig, out / "fig_proposition1.png")
+fig = tables.plot_proposition(prop)
+save_figure(fig, out / "fig_proposition1.png")
 fig
 
 # %% [markdown]
@@ -142,20 +143,8 @@ fig
 # multiplicities (ε = 409/21,902 base questions without relation-lost), beside the values it reports:
 
 # %%
-ref = reports.paper_reference()["proposition_1"]
-eps = ref["musique_eps_numerator"] / ref["musique_eps_denominator"]
-n = ref["musique_eps_denominator"]
-one_unsafe = ref["musique_eps_numerator"]
-musique_bound = size_only_bound([1] * one_unsafe + [2] * (n - one_unsafe), [1] * n)
-closed_form = pd.DataFrame([
-    {"quantity": "TV(P_u, P_c), closed form", "memsafe": two_group_tv(eps), "paper": ref["musique_total_variation"]},
-    {"quantity": "TV from multiplicities", "memsafe": musique_bound.total_variation,
-     "paper": ref["musique_total_variation"]},
-    {"quantity": "two-group bound TV/2", "memsafe": musique_bound.bound, "paper": ref["musique_two_group_bound"]},
-    {"quantity": "counterexample AUROC (must exceed)", "memsafe": counterexample_auroc(),
-     "paper": ref["counterexample_auroc_lower_bound"]},
-])
-closed_form.to_csv(out / "proposition1_closed_form.csv", index=False)
+closed_form = tables.proposition_closed_form()
+write_csv(out / "proposition1_closed_form.csv", closed_form, float_format=None)
 closed_form
 
 # %% [markdown]
@@ -168,16 +157,11 @@ closed_form
 # have only the dev set, so we fit on its hash-split train part and score its test part.)
 
 # %%
-squad_audit = audit(squad, controls=["majority", "text_length"])
-text_rows = [r for r in controls.to_dict("records")
-             if r["model"] == "text_length" and r["construction"] == "size-matched"]
-text_rows += [{**r, "paper_unsafe_auroc": reports.paper_reference()["shortcut"]["squad2_text_length"]["dev"]}
-              for r in squad_audit["rows"] if r["model"] == "text_length"]
-text_length = pd.DataFrame(text_rows)[["dataset", "construction", "n_variants", "unsafe_auroc", "paper_unsafe_auroc"]]
-text_length.to_csv(out / "text_length_cue.csv", index=False)
+text_length = tables.text_length_table(controls, audit(squad, controls=["majority", "text_length"]))
+write_csv(out / "text_length_cue.csv", text_length, float_format=None)
 display(text_length)
-fig = reports.plot_text_length({ds: results[ds]["size-matched"] for ds in datasets})
-reports.save_figure(fig, out / "fig_text_length.png")
+fig = tables.plot_text_length({ds: results[ds]["size-matched"] for ds in datasets})
+save_figure(fig, out / "fig_text_length.png")
 fig
 
 # %% [markdown]
@@ -204,9 +188,9 @@ for key, value in summary.items():
 write_json(out / "summary.json", summary)
 outputs = sorted(p for p in out.iterdir() if p.suffix in {".csv", ".png", ".json"})
 entry = record_run(
-    "notebook:01_construction_audit", scale,
+    "notebook:01_construction_audit", cfg,
     raw_files=[f for ds in loaded for f in loaded[ds].files],
-    settings={"datasets": datasets, "external_dataset": external_dataset, "max_base_queries": config.max_base_queries},
+    settings={"datasets": datasets, "external_dataset": external_dataset, "max_base_queries": cfg.max_base_queries},
     outputs=outputs, metrics=summary,
 )
 print("ledger run", entry["fingerprint"]["run"], "with", len(outputs), "outputs")
@@ -219,7 +203,7 @@ print("ledger run", entry["fingerprint"]["run"], "with", len(outputs), "outputs"
 # %%
 from IPython.display import HTML
 
-from memsafe_lib.explorer import ExplorerData, build_explorer, static_view
+from memsafe_lib.reporting.explorer import ExplorerData, build_explorer, static_view
 
 explorer_data = ExplorerData.from_results([r for ds in datasets for r in results[ds].values()
                                            if r.construction in ("size-matched", "deletion")])

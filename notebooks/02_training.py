@@ -55,23 +55,25 @@ from dataclasses import asdict
 import pandas as pd
 from IPython.display import display
 
-from memsafe_lib import main_results, paths, reports
-from memsafe_lib.evaluate import run_evaluation, write_csv
-from memsafe_lib.io import write_json
-from memsafe_lib.judge import evaluate_judge
+from memsafe_lib import config
+from memsafe_lib.evaluation.llm_judge import evaluate_judge
+from memsafe_lib.evaluation.neural import grid_file
+from memsafe_lib.evaluation.runs import run_evaluation
+from memsafe_lib.evaluation.summary import summarize
+from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
-from memsafe_lib.summary import summarize
+from memsafe_lib.reporting import main_results
+from memsafe_lib.reporting.figures import save_figure
 from memsafe_lib.threads import configure_threads
-from memsafe_lib.training import grid_file
 
 configure_threads()  # native pools at MEMSAFE_THREADS (default 1): see memsafe_lib/threads.py
 pd.set_option("display.width", 220, "display.max_columns", 40, "display.precision", 4)
-config = paths.scale_config(scale)
-out = paths.output_dir(scale, "02_training")
-seeds = list(config.seeds)
-print(f"scale={scale}: {config.description}")
+cfg = config.scale_config(scale)  # the run's one configuration object, passed down from here
+out = cfg.output_dir(config.NB02_TRAINING)
+seeds = list(cfg.seeds)
+print(f"scale={scale}: {cfg.description}")
 print(f"seeds: {seeds}")
-print("neural budget:", json.dumps(asdict(config.neural)))
+print("neural budget:", json.dumps(asdict(cfg.neural)))
 
 # %% [markdown]
 # ## 1 · Train and score every model
@@ -83,7 +85,7 @@ print("neural budget:", json.dumps(asdict(config.neural)))
 # settings fingerprint.
 
 # %%
-files = {d: run_evaluation(d, [*neural_models, *baseline_models], seeds, scale) for d in datasets}
+files = {d: run_evaluation(d, [*neural_models, *baseline_models], seeds, cfg) for d in datasets}
 stage_a = []
 for d in datasets:
     neural = json.loads(files[d]["neural"].read_text())
@@ -105,8 +107,8 @@ stage_a
 # full grid the paper's point (128, 0.1, 3e-4) is used unevaluated.
 
 # %%
-if grid_file(scale).exists():
-    display(pd.read_csv(grid_file(scale)))
+if grid_file(cfg).exists():
+    display(pd.read_csv(grid_file(cfg)))
 else:
     print("grid not run at this scale; Stage B uses width 128, dropout 0.1, lr 3e-4")
 
@@ -117,7 +119,7 @@ else:
 # fitted once). Paper values: full official data, five seeds.
 
 # %%
-summary_files = summarize(scale, n_resamples=n_resamples)
+summary_files = summarize(cfg, n_resamples=n_resamples)
 summary = pd.read_csv(summary_files["summary"])
 metrics = pd.concat([pd.read_csv(files[d]["metrics"]) for d in datasets], ignore_index=True)
 main = main_results.main_table(summary, datasets)
@@ -126,7 +128,7 @@ main
 
 # %%
 fig = main_results.auroc_figure(summary, datasets)
-reports.save_figure(fig, out / "main_auroc.png")
+save_figure(fig, out / "main_auroc.png")
 fig
 
 # %% [markdown]
@@ -178,7 +180,7 @@ selective
 # same variants (seed means).
 
 # %%
-judge_files = {d: evaluate_judge(d, scale, llm=judge_llm) for d in datasets}
+judge_files = {d: evaluate_judge(d, cfg, llm=judge_llm) for d in datasets}
 judge = pd.concat([pd.read_csv(judge_files[d]["comparison"]) for d in datasets], ignore_index=True)
 write_csv(out / "llm_judge.csv", judge)
 judge
@@ -197,13 +199,13 @@ print(ran.reindex(main_results.table_order(ran.index)).to_string())
 
 # %%
 summary_json = write_json(out / "summary.json", {
-    "scale": scale, "seeds": seeds, "budget": asdict(config.neural), "datasets": datasets,
+    "scale": scale, "seeds": seeds, "budget": asdict(cfg.neural), "datasets": datasets,
     "stage_b": json.loads(files[datasets[0]]["neural"].read_text())["stage_b"],
     "test_unsafe_auroc": {d: main.set_index("model")[f"{d}_auroc"].round(4).to_dict() for d in datasets},
 })
-record_run("notebook:02_training", scale,
+record_run("notebook:02_training", cfg,
            settings={"datasets": datasets, "models": [*neural_models, *baseline_models], "seeds": seeds,
-                     "budget": asdict(config.neural), "n_resamples": n_resamples, "judge_llm": judge_llm},
+                     "budget": asdict(cfg.neural), "n_resamples": n_resamples, "judge_llm": judge_llm},
            outputs=[out / f for f in ("stage_a.csv", "main_table.csv", "main_auroc.png", "bootstrap_memsafe.csv",
                                       "seed_variability.csv", "localization_calibration.csv", "selective.csv",
                                       "llm_judge.csv", "summary.json")],

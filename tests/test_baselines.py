@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from sklearn.metrics.pairwise import cosine_similarity
 
-from memsafe_lib import construction as C
-from memsafe_lib.audit import by_split
-from memsafe_lib.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf, _state_thresholds
 from memsafe_lib.data.records import BaseQuery, Provenance, Unit
-from memsafe_lib.lexset import LexSet
-from memsafe_lib.metrics import macro_f1, unsafe_auroc
-from memsafe_lib.models import ALL_BASELINES, make_model
+from memsafe_lib.estimators.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf, _state_thresholds
+from memsafe_lib.estimators.lexset import LexSet
+from memsafe_lib.estimators.registry import ALL_BASELINES, make_model
+from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
+from memsafe_lib.variants import construction as C
+from memsafe_lib.variants.construction import by_split
 
 FILLER = "river castle engine violin glacier harbor orchid falcon copper meadow lantern comet".split()
 ENTITIES = [f"entity{k}" for k in range(30)]
@@ -154,9 +154,9 @@ def test_lexset_features_do_not_depend_on_string_hashing() -> None:
     import sys
 
     code = ("import hashlib, numpy as np\n"
-            "from memsafe_lib import construction as C\n"
+            "from memsafe_lib.variants import construction as C\n"
             "from memsafe_lib.data.records import BaseQuery, Provenance, Unit\n"
-            "from memsafe_lib.lexset import LexSet, UnitFeaturizer\n"
+            "from memsafe_lib.estimators.lexset import LexSet, UnitFeaturizer\n"
             "rng = np.random.default_rng(0)\n"
             "vocab = [f'w{k}' for k in range(300)]\n"
             "def query(i):\n"

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from memsafe_lib.cli import main
-from memsafe_lib.construction import Variant
+from memsafe_lib.config import SCALES
 from memsafe_lib.io import sha256_file
 from memsafe_lib.ledger import read_ledger
+from memsafe_lib.variants.construction import Variant
 
 
 def test_data_check_accounts_for_every_record(qa_fixtures: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -21,7 +22,7 @@ def test_data_check_accounts_for_every_record(qa_fixtures: Path, capsys: pytest.
     assert "raw=11 used=5 excluded=6  (adds up)" in out
     assert "excluded      1  supporting-fact title not in context" in out
     assert "relation-lost impossible" in out
-    (entry,) = read_ledger("cpu")
+    (entry,) = read_ledger(SCALES["cpu"])
     assert entry["kind"] == "data-check"
     assert {f["path"] for f in entry["raw_files"]} >= {"musique/musique_full_v1.0_train.jsonl", "squad2/dev-v2.0.json"}
 
@@ -37,7 +38,7 @@ def test_construct_writes_variants_exclusions_and_ledger(qa_fixtures: Path, tmp_
     assert Variant.from_dict(rows[0]).variant_id == rows[0]["variant_id"]
     exclusions = [json.loads(line) for line in (tmp_path / "hp.exclusions.jsonl").read_text().splitlines()]
     assert {e["reason"] for e in exclusions} == {"supporting-fact title not in context", "too few distractors (|D| < |S|)"}
-    entry = read_ledger("cpu")[-1]
+    entry = read_ledger(SCALES["cpu"])[-1]
     assert entry["kind"] == "construct"
     assert entry["outputs"][str(out.resolve())] == sha256_file(out)
     assert set(entry["fingerprint"]) == {"code", "data", "settings", "run"}
@@ -88,9 +89,9 @@ def test_outputs_get_ordinary_permissions(tmp_path: Path) -> None:
 
 def test_exploring_writes_scratch_and_record_writes_the_committed_ledger(
         qa_fixtures: Path, isolated_artifacts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from memsafe_lib import paths
+    from memsafe_lib import config
 
-    monkeypatch.delenv(paths.RECORD_ENV, raising=False)
+    monkeypatch.delenv(config.RECORD_ENV, raising=False)
     assert main(["data", "check", "--scale", "cpu"]) == 0
     assert (isolated_artifacts / "scratch" / "cpu" / "ledger.jsonl").exists()
     assert not (isolated_artifacts / "cpu" / "ledger.jsonl").exists()
@@ -100,10 +101,10 @@ def test_exploring_writes_scratch_and_record_writes_the_committed_ledger(
 
 
 def _git_status() -> str | None:
-    from memsafe_lib import paths
+    from memsafe_lib import config
 
     try:
-        proc = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=paths.REPO_ROOT,
+        proc = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=config.REPO_ROOT,
                               capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -113,13 +114,13 @@ def _git_status() -> str | None:
 def test_cli_verbs_leave_a_clone_clean(real_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run the exploratory verbs against the repository's own artifacts directory, as a user
     would: nothing git tracks (or would pick up) changes."""
-    from memsafe_lib import paths
+    from memsafe_lib import config
 
     before = _git_status()
     if before is None:
         pytest.skip("not a git checkout")
-    monkeypatch.setenv("MEMSAFE_ARTIFACTS_DIR", str(paths.REPO_ROOT / "artifacts"))
-    monkeypatch.delenv(paths.RECORD_ENV, raising=False)
+    monkeypatch.setenv("MEMSAFE_ARTIFACTS_DIR", str(config.REPO_ROOT / "artifacts"))
+    monkeypatch.delenv(config.RECORD_ENV, raising=False)
     for argv in (["data", "check", "--dataset", "2wikimultihopqa"],
                  ["audit", "--dataset", "2wikimultihopqa"],
                  ["construct", "--dataset", "2wikimultihopqa", "--out", str(tmp_path / "v.jsonl")],

@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from memsafe_lib import concat as K
-from memsafe_lib import construction as C
-from memsafe_lib import judge as J
-from memsafe_lib.models import seeds_for
+from memsafe_lib.estimators import concat as K
+from memsafe_lib.estimators import judge as J
+from memsafe_lib.estimators.registry import seeds_for
+from memsafe_lib.evaluation import llm_judge
+from memsafe_lib.variants import construction as C
 
 from .test_finetune import query
 
@@ -64,9 +65,9 @@ def test_judge_prompt_and_exemplars(variants: list[C.Variant]) -> None:
 
 
 def test_judge_subset_is_whole_questions_in_hash_order(variants: list[C.Variant]) -> None:
-    sub = J.judge_subset(variants, 3)
+    sub = llm_judge.judge_subset(variants, 3)
     assert len({v.base_id for v in sub}) == 3
-    assert J.judge_subset(list(reversed(variants)), 3) == list(reversed(sub))
+    assert llm_judge.judge_subset(list(reversed(variants)), 3) == list(reversed(sub))
 
 
 def test_resolve_llm_passes_paths_and_hub_ids_through() -> None:
@@ -99,7 +100,7 @@ def test_comparison_on_the_judged_subset_matches_sklearn(variants: list[C.Varian
             rows.append({"model": "memsafe", "seed": seed, "split": "test", "variant_id": v.variant_id,
                          "unsafe_prob": p})
     preds = pd.DataFrame(rows)
-    out = {r["model"]: r for r in J.compare_on_subset(sub, judge_scores, preds, ["memsafe"])}
+    out = {r["model"]: r for r in llm_judge.compare_on_subset(sub, judge_scores, preds, ["memsafe"])}
     y = [v.unsafe for v in sub]
     assert out["llm_judge"]["unsafe_auroc"] == pytest.approx(roc_auc_score(y, judge_scores))
     assert out["llm_judge"]["unsafe_auprc"] == pytest.approx(average_precision_score(y, judge_scores))

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsafe_lib import construction as C
 from memsafe_lib.data import load_dataset
+from memsafe_lib.variants import construction as C
 from tests.synthetic import make_query
 
 

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from memsafe_lib import construction as C
-from memsafe_lib.audit import audit, multiplicities, proposition_check, run_controls
-from memsafe_lib.controls import CONTROLS, paragraph_count, provenance_stats, text_length
 from memsafe_lib.data import load_dataset
+from memsafe_lib.estimators.controls import CONTROLS, paragraph_count, provenance_stats, text_length
+from memsafe_lib.evaluation.audit import audit, proposition_check, run_controls
+from memsafe_lib.variants import construction as C
+from memsafe_lib.variants.construction import multiplicities
 from tests.synthetic import make_query
 
 
@@ -91,7 +92,7 @@ def test_shortcut_figure_is_the_same_for_the_same_data() -> None:
     and drawing it must not move the caller's RNG."""
     import io
 
-    from memsafe_lib import reports
+    from memsafe_lib.reporting import construction_audit as reports
 
     queries = synthetic(120)
     results = {"deletion": C.build_deletion(queries), "size-matched": C.build_size_matched(queries)}

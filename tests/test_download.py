@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from memsafe_lib import paths
+from memsafe_lib import config
 from memsafe_lib.data.download import (
     BASE_URL_ENV,
     SOURCES_ENV,
@@ -133,7 +133,7 @@ def test_packaged_registry_lists_the_official_sources_without_invented_checksums
 ) -> None:
     monkeypatch.delenv(SOURCES_ENV, raising=False)
     datasets = load_sources()["datasets"]
-    assert list(datasets) == list(paths.QA_DATASETS)
+    assert list(datasets) == list(config.QA_DATASETS)
     counts: dict[str, int | None] = {}
     for name, spec in datasets.items():
         for entry in spec["files"]:

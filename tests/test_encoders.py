@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from memsafe_lib import construction as C
-from memsafe_lib import encoders as E
+from memsafe_lib.encodings import encoders as E
+from memsafe_lib.variants import construction as C
 from tests.synthetic import make_query
 
 PAIRS = [

@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from memsafe_lib import construction as C
-from memsafe_lib import evaluate as E
 from memsafe_lib.cli import main
+from memsafe_lib.config import SCALES
+from memsafe_lib.evaluation import runs as E
+from memsafe_lib.evaluation.summary import comparison_frame, summary_table
 from memsafe_lib.ledger import read_ledger
-from memsafe_lib.summary import comparison_frame, summary_table
+from memsafe_lib.variants import construction as C
 from tests.test_baselines import lexical_query
 
 
@@ -104,11 +105,11 @@ def test_summary_and_comparison_frames(result: C.ConstructionResult) -> None:
 def test_cli_evaluate_and_summarize_on_real_data(real_data: Path) -> None:
     assert main(["evaluate", "--dataset", "2wikimultihopqa", "--models", "majority,paragraph_count,retrieval_sim",
                  "--seeds", "17", "--scale", "smoke"]) == 0
-    entry = read_ledger("smoke")[-1]
+    entry = read_ledger(SCALES["smoke"])[-1]
     assert entry["kind"] == "evaluate:2wikimultihopqa" and len(entry["outputs"]) == 3
     assert main(["summarize", "--scale", "smoke", "--resamples", "200"]) == 0
     gates = pd.read_csv(artifact("smoke/evaluate/smoke_gates.csv"))
     assert gates.set_index("id").loc["G3", "status"] == "pass"
     hypotheses = pd.read_csv(artifact("smoke/evaluate/hypotheses.csv"))
     assert set(hypotheses.status) == {"untested"}  # no MemSafe results yet
-    assert read_ledger("smoke")[-1]["metrics"]["gates"]["G3"] == "pass"
+    assert read_ledger(SCALES["smoke"])[-1]["metrics"]["gates"]["G3"] == "pass"

@@ -9,9 +9,10 @@ import pytest
 from matplotlib.figure import Figure
 from sklearn.metrics import roc_auc_score
 
-from memsafe_lib import construction as C
-from memsafe_lib import explorer as X
+from memsafe_lib.config import SCALES
 from memsafe_lib.data.records import BaseQuery, Provenance, Unit
+from memsafe_lib.reporting import explorer as X
+from memsafe_lib.variants import construction as C
 from tests.conftest import requires_real_data
 
 N_QUERIES = 60
@@ -243,7 +244,7 @@ def test_build_explorer_needs_fitted_controls() -> None:
 
 @requires_real_data
 def test_real_musique_smoke() -> None:
-    data = X.prepare_explorer(["musique"], scale="smoke")
+    data = X.prepare_explorer(["musique"], SCALES["smoke"])
     assert set(data.constructions("musique")) == {"size-matched", "deletion"}
     table = X.auroc_table(data).set_index(["construction", "control"])
     assert table.loc[("size-matched", "paragraph_count"), "unsafe_auroc"] == pytest.approx(0.5, abs=0.05)

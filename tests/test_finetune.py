@@ -10,10 +10,10 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from memsafe_lib import construction as C
-from memsafe_lib import encoders as E
-from memsafe_lib import finetune as F
 from memsafe_lib.data.records import BaseQuery, Provenance, Unit
+from memsafe_lib.encodings import encoders as E
+from memsafe_lib.encodings import finetune as F
+from memsafe_lib.variants import construction as C
 
 TOPICS = ["volcano eruption lava", "violin orchestra concert", "glacier ice melting", "harbor ship cargo",
           "comet orbit telescope", "orchid flower garden"]

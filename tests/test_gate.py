@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsafe_lib import construction as C
-from memsafe_lib import stagea
 from memsafe_lib.cli import main
-from memsafe_lib.encoders import EncoderConfig
-from memsafe_lib.finetune import FinetuneConfig
+from memsafe_lib.encodings import stagea
+from memsafe_lib.encodings.encoders import EncoderConfig
+from memsafe_lib.encodings.finetune import FinetuneConfig
+from memsafe_lib.estimators.memsafe import MemSafe
+from memsafe_lib.estimators.setmodel import SetModelConfig
 from memsafe_lib.gate import Gate, memory_variant
-from memsafe_lib.memsafe import MemSafe
-from memsafe_lib.setmodel import SetModelConfig
+from memsafe_lib.variants import construction as C
 
 from .test_finetune import query
 

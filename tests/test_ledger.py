@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from memsafe_lib.config import SCALES
 from memsafe_lib.data.records import RawFile
 from memsafe_lib.ledger import data_fingerprint, read_ledger, record_run
 
@@ -13,18 +14,18 @@ def test_inputs_are_hashed_and_enter_the_data_fingerprint(isolated_artifacts: Pa
     metrics = isolated_artifacts / "cpu" / "evaluate" / "metrics.csv"
     metrics.parent.mkdir(parents=True)
     metrics.write_text("model,auroc\na,0.7\n")
-    first = record_run("summarize", "cpu", inputs=[metrics])
+    first = record_run("summarize", SCALES["cpu"], inputs=[metrics])
     assert first["inputs"] == {"cpu/evaluate/metrics.csv": hashlib.sha256(b"model,auroc\na,0.7\n").hexdigest()}
     assert first["fingerprint"]["data"] != data_fingerprint([])  # not the fingerprint of nothing
 
     metrics.write_text("model,auroc\na,0.8\n")
-    second = record_run("summarize", "cpu", inputs=[metrics])
+    second = record_run("summarize", SCALES["cpu"], inputs=[metrics])
     assert second["fingerprint"]["data"] != first["fingerprint"]["data"]
-    assert [e["kind"] for e in read_ledger("cpu")] == ["summarize", "summarize"]
+    assert [e["kind"] for e in read_ledger(SCALES["cpu"])] == ["summarize", "summarize"]
 
 
 def test_without_inputs_the_data_fingerprint_is_the_raw_files_alone() -> None:
     raw = [RawFile("musique/dev.jsonl", "ab" * 32, 10)]
-    entry = record_run("evaluate:musique", "cpu", raw_files=raw)
+    entry = record_run("evaluate:musique", SCALES["cpu"], raw_files=raw)
     assert entry["fingerprint"]["data"] == data_fingerprint(raw)
     assert "inputs" not in entry

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import f1_score, roc_auc_score
 
-from memsafe_lib.metrics import macro_f1, unsafe_auroc
+from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
 
 
 @settings(max_examples=200, deadline=None)

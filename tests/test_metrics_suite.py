@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, confusion_matrix, mean_absolute_error
 
-from memsafe_lib.metrics import (
+from memsafe_lib.measures.metrics import (
     STATES,
     average_precision,
     error_taxonomy,

@@ -13,7 +13,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from memsafe_lib import paths
+from memsafe_lib import config
+from memsafe_lib.config import SCALES
 from memsafe_lib.ledger import read_ledger
 from memsafe_lib.notebooks import available, run_notebook
 
@@ -25,7 +26,7 @@ def test_every_notebook_has_a_literal_parameters_cell() -> None:
 
     assert available(), "no notebooks found"
     for name in available():
-        nb = jupytext.read(paths.notebooks_dir() / f"{name}.py")
+        nb = jupytext.read(config.notebooks_dir() / f"{name}.py")
         cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(cells) == 1, name
         for node in ast.parse(cells[0].source).body:
@@ -65,25 +66,25 @@ def test_progress_widgets_become_one_text_line_and_other_widgets_keep_state(tmp_
 
 @pytest.mark.parametrize("name", available())
 def test_notebook_runs_at_smoke_scale(real_data: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    monkeypatch.setenv("MEMSAFE_ARTIFACTS_DIR", str(paths.REPO_ROOT / "artifacts"))
-    monkeypatch.setenv(paths.RECORD_ENV, "1")  # a reproduce run of smoke: artifacts/smoke/, checked by nbval
-    executed = run_notebook(name, "smoke")
-    assert executed == paths.REPO_ROOT / "artifacts" / "smoke" / name / f"{name}.ipynb"
+    monkeypatch.setenv("MEMSAFE_ARTIFACTS_DIR", str(config.REPO_ROOT / "artifacts"))
+    monkeypatch.setenv(config.RECORD_ENV, "1")  # a reproduce run of smoke: artifacts/smoke/, checked by nbval
+    executed = run_notebook(name, SCALES["smoke"])
+    assert executed == config.REPO_ROOT / "artifacts" / "smoke" / name / f"{name}.ipynb"
     nb = nbformat.read(executed, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
     produced = {p.suffix for p in executed.parent.iterdir()}
     assert {".csv", ".png", ".json"} <= produced
-    entry, timing = read_ledger("smoke")[-2:]
+    entry, timing = read_ledger(SCALES["smoke"])[-2:]
     assert entry["kind"] == f"notebook:{name}" and timing["kind"] == f"notebook-run:{name}"
-    assert all(Path(paths.artifacts_dir(), k).exists() for k in [*entry["outputs"], *timing["outputs"]])
-    times = pd.read_csv(paths.REPO_ROOT / "artifacts" / "smoke" / "run_times.csv").set_index("notebook")
+    assert all(Path(config.artifacts_dir(), k).exists() for k in [*entry["outputs"], *timing["outputs"]])
+    times = pd.read_csv(config.REPO_ROOT / "artifacts" / "smoke" / "run_times.csv").set_index("notebook")
     assert times.loc[name, "minutes"] == pytest.approx(timing["metrics"]["seconds"] / 60, abs=0.01)
 
 
 def test_construction_audit_smoke_summary(real_data: Path) -> None:
     """The smoke run's own summary meets the issue's acceptance criteria."""
-    summary_path = paths.REPO_ROOT / "artifacts" / "smoke" / "01_construction_audit" / "summary.json"
+    summary_path = config.REPO_ROOT / "artifacts" / "smoke" / "01_construction_audit" / "summary.json"
     if not summary_path.exists():
         pytest.skip("notebook 01 has not been executed in this session")
     summary = json.loads(summary_path.read_text())
@@ -96,7 +97,7 @@ def test_training_smoke_outputs(real_data: Path) -> None:
     """Notebook 02's smoke run trained and scored every model of Table "main" on all three
     datasets, and the judge comparison and selective table exist."""
 
-    out = paths.REPO_ROOT / "artifacts" / "smoke" / "02_training"
+    out = config.REPO_ROOT / "artifacts" / "smoke" / "02_training"
     if not (out / "main_table.csv").exists():
         pytest.skip("notebook 02 has not been executed in this session")
     main = pd.read_csv(out / "main_table.csv")
@@ -120,10 +121,10 @@ def test_saving_from_jupyterlab_keeps_the_committed_file(tmp_path: Path) -> None
 
     from jupytext import TextFileContentsManager
 
-    shutil.copy(paths.REPO_ROOT / "jupytext.toml", tmp_path / "jupytext.toml")
+    shutil.copy(config.REPO_ROOT / "jupytext.toml", tmp_path / "jupytext.toml")
     manager = TextFileContentsManager(root_dir=str(tmp_path))
     for name in available():
-        source = paths.notebooks_dir() / f"{name}.py"
+        source = config.notebooks_dir() / f"{name}.py"
         shutil.copy(source, tmp_path / source.name)
         model = manager.get(source.name, content=True)
         assert model["type"] == "notebook"
@@ -155,7 +156,7 @@ def test_jupyterlab_serves_py_notebooks_as_notebooks_with_our_kernel(tmp_path: P
     token = "memsafe-test"
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={paths.REPO_ROOT}"],
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={config.REPO_ROOT}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(tmp_path)})
 
     def get(path: str) -> dict:

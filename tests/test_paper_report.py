@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from memsafe_lib.paper_report import BLOCK, GENERATED_DOCUMENTS, render
+from memsafe_lib.reporting.paper_report import BLOCK, GENERATED_DOCUMENTS, render
 
 
 def test_render_fills_filters_and_is_idempotent(tmp_path: Path) -> None:
@@ -29,3 +29,28 @@ def test_committed_report_tables_match_committed_artifacts() -> None:
         text = document.read_text()
         assert BLOCK.search(text), f"{document.name} has no generated tables"
         assert render(text, root / "artifacts") == text, f"{document.name} is stale: run `memsafe report --record`"
+
+
+def test_render_values_in_prose(tmp_path: Path) -> None:
+    (tmp_path / "cpu").mkdir()
+    pd.DataFrame({"dataset": ["a", "b", "c"], "model": ["x", "y", "y"], "auroc": [0.123456, 0.5, -0.25],
+                  "n": [1500, 3, 4]}).to_csv(tmp_path / "cpu" / "t.csv", index=False)
+
+    def value(spec: str) -> str:
+        out = render(f"is <!-- memsafe:value {spec} -->old<!-- /memsafe:value -->.", tmp_path)
+        assert render(out, tmp_path) == out  # idempotent
+        return out.split("-->")[1].split("<!--")[0]
+
+    assert value("cpu/t.csv dataset=a auroc .3f") == "0.123"
+    assert value("cpu/t.csv dataset=a auroc") == "0.1235"  # default: four decimals, as the tables
+    assert value("cpu/t.csv model=y auroc agg=min +.2f") == "-0.25"
+    assert value("cpu/t.csv model=y auroc agg=max abs .2f") == "0.50"
+    assert value("cpu/t.csv dataset=a n ,d") == "1,500"
+    assert value("cpu/t.csv dataset=b,c n agg=sum d") == "7"
+    assert value("cpu/t.csv dataset=a auroc .1%") == "12.3%"
+    for bad in ("cpu/t.csv model=y auroc", "cpu/t.csv dataset=a", "cpu/t.csv nope=1 auroc", "cpu/t.csv auroc agg=x"):
+        try:
+            value(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} should be refused")

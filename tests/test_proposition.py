@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
-from memsafe_lib.proposition import (
+from memsafe_lib.measures.proposition import (
     counterexample_auroc,
     size_only_auroc,
     size_only_bound,

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from memsafe_lib import paths
+from memsafe_lib import config
 
-README = paths.REPO_ROOT / "README.md"
+README = config.REPO_ROOT / "README.md"
 FENCE = re.compile(r"(?P<before>(?:[^\n]*\n){0,2})```(?P<lang>\w*)\n(?P<body>.*?)```", re.S)
 SKIP = "<!-- readme-snippet: not run"
 
@@ -52,16 +52,16 @@ def test_synopsis_options_exist() -> None:
 
 def _git_status() -> str | None:
     try:
-        return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=paths.REPO_ROOT,
+        return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=config.REPO_ROOT,
                                capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
 
 
 def test_readme_snippets_run_as_written(real_data: Path) -> None:
-    if not (paths.REPO_ROOT / ".venv" / "bin" / "activate").exists():
+    if not (config.REPO_ROOT / ".venv" / "bin" / "activate").exists():
         pytest.skip("the snippets activate .venv, which `make install` creates")
-    env = {k: v for k, v in os.environ.items() if k not in {paths.RECORD_ENV, "MEMSAFE_ARTIFACTS_DIR"}}
+    env = {k: v for k, v in os.environ.items() if k not in {config.RECORD_ENV, "MEMSAFE_ARTIFACTS_DIR"}}
     env["MEMSAFE_DATA_DIR"] = str(real_data)
     before = _git_status()
     ran = 0
@@ -69,11 +69,11 @@ def test_readme_snippets_run_as_written(real_data: Path) -> None:
         if not runs or lang not in {"bash", "python"}:
             continue
         cmd = ["bash", "-eo", "pipefail", "-c", body] if lang == "bash" else [sys.executable, "-c", body]
-        proc = subprocess.run(cmd, cwd=paths.REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
+        proc = subprocess.run(cmd, cwd=config.REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
         assert proc.returncode == 0, f"README {lang} block failed:\n{body}\n--- stderr:\n{proc.stderr[-3000:]}"
         assert proc.stdout.strip(), f"README {lang} block printed nothing:\n{body}"
         ran += 1
     assert ran >= 2
-    scores = (paths.REPO_ROOT / "artifacts" / "gates" / "scores.jsonl").read_text().splitlines()
+    scores = (config.REPO_ROOT / "artifacts" / "gates" / "scores.jsonl").read_text().splitlines()
     assert len(scores) == 3  # one line per example memory
     assert before is None or _git_status() == before, "a README snippet changed what git tracks"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsafe_lib.selective import (
+from memsafe_lib.measures.risk_coverage import (
     SelectiveResult,
     apply_threshold,
     aurc,

@@ -8,11 +8,19 @@ import pytest
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from memsafe_lib import construction as C
-from memsafe_lib.encoders import VariantEncoding
-from memsafe_lib.memsafe import MemSafe, MissingEncodingError, RelevanceAggregation, relevance_features
-from memsafe_lib.paths import SCALES, encoder_seed_for
-from memsafe_lib.setmodel import GRID, SetModel, SetModelConfig, collate, loss_fn, predict_sets, train_set_model
+from memsafe_lib.config import SCALES, encoder_seed_for
+from memsafe_lib.encodings.encoders import VariantEncoding
+from memsafe_lib.estimators.memsafe import MemSafe, MissingEncodingError, RelevanceAggregation, relevance_features
+from memsafe_lib.estimators.setmodel import (
+    GRID,
+    SetModel,
+    SetModelConfig,
+    collate,
+    loss_fn,
+    predict_sets,
+    train_set_model,
+)
+from memsafe_lib.variants import construction as C
 
 from .synthetic import make_query
 

@@ -13,18 +13,17 @@ from scipy.stats import norm, rankdata, wilcoxon
 from sklearn.metrics import f1_score, roc_auc_score
 from statsmodels.stats.multitest import multipletests
 
-from memsafe_lib.metrics import unsafe_auroc
-from memsafe_lib.stats import (
+from memsafe_lib.evaluation.hypotheses import evaluate_hypotheses, smoke_gates
+from memsafe_lib.measures.inference import (
     BootstrapResult,
     _draw_counts,
     _prepare,
     _statistics,
-    evaluate_hypotheses,
     paired_bootstrap,
-    smoke_gates,
     weighted_auroc,
     wilcoxon_holm,
 )
+from memsafe_lib.measures.metrics import unsafe_auroc
 
 STATES = ("complete", "missing", "relation_lost")
 

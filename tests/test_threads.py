@@ -8,7 +8,7 @@ import os
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from memsafe_lib import paths, threads
+from memsafe_lib import config, threads
 from memsafe_lib.progress import elapsed, step
 
 
@@ -17,17 +17,17 @@ def _openmp_threads() -> set[int]:
 
 
 def test_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(paths.THREADS_ENV, raising=False)
-    assert paths.native_threads() is None
-    assert paths.fit_threads() == 1 and paths.torch_threads() == (os.cpu_count() or 1)
-    monkeypatch.setenv(paths.THREADS_ENV, "4")
-    assert paths.native_threads() == paths.fit_threads() == paths.torch_threads() == 4
-    monkeypatch.setenv(paths.THREADS_ENV, "0")
-    assert paths.native_threads() == 0
+    monkeypatch.delenv(config.THREADS_ENV, raising=False)
+    assert config.native_threads() is None
+    assert config.fit_threads() == 1 and config.torch_threads() == (os.cpu_count() or 1)
+    monkeypatch.setenv(config.THREADS_ENV, "4")
+    assert config.native_threads() == config.fit_threads() == config.torch_threads() == 4
+    monkeypatch.setenv(config.THREADS_ENV, "0")
+    assert config.native_threads() == 0
     for bad in ("two", "-1"):
-        monkeypatch.setenv(paths.THREADS_ENV, bad)
+        monkeypatch.setenv(config.THREADS_ENV, bad)
         with pytest.raises(ValueError, match="MEMSAFE_THREADS"):
-            paths.native_threads()
+            config.native_threads()
 
 
 def test_configure_threads_limits_every_pool_and_child_processes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,7 +41,7 @@ def test_configure_threads_limits_every_pool_and_child_processes(monkeypatch: py
         assert torch.get_num_threads() == 1
         assert {pool["num_threads"] for pool in threadpool_info()} == {1}
         assert os.environ["OMP_NUM_THREADS"] == "1"
-        monkeypatch.delenv(paths.THREADS_ENV, raising=False)  # the measured defaults: fits 1, torch one per core
+        monkeypatch.delenv(config.THREADS_ENV, raising=False)  # the measured defaults: fits 1, torch one per core
         assert threads.configure_threads() == (1, os.cpu_count() or 1)
         assert torch.get_num_threads() == (os.cpu_count() or 1)
         assert _openmp_threads() <= {1, os.cpu_count() or 1}
@@ -51,7 +51,7 @@ def test_configure_threads_limits_every_pool_and_child_processes(monkeypatch: py
 
 
 def test_zero_leaves_the_libraries_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(paths.THREADS_ENV, "0")
+    monkeypatch.setenv(config.THREADS_ENV, "0")
     with threadpool_limits(limits=2, user_api="openmp"):
         assert threads.configure_threads() == (0, 0)
         with threads.limited_threads() as n:
@@ -62,8 +62,8 @@ def test_lexset_fits_with_the_configured_threads(monkeypatch: pytest.MonkeyPatch
     """The boosters see one OpenMP thread although the process allows two."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    from memsafe_lib import lexset
-    from memsafe_lib.construction import build_size_matched
+    from memsafe_lib.estimators import lexset
+    from memsafe_lib.variants.construction import build_size_matched
 
     from .test_finetune import query
 
@@ -75,7 +75,7 @@ def test_lexset_fits_with_the_configured_threads(monkeypatch: pytest.MonkeyPatch
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(lexset.HistGradientBoostingClassifier, "fit", spy)
-    monkeypatch.setenv(paths.THREADS_ENV, "1")
+    monkeypatch.setenv(config.THREADS_ENV, "1")
     variants = build_size_matched([query(i) for i in range(40)]).variants
     train = [v for v in variants if v.split == "train"]
     val = [v for v in variants if v.split == "validation"]

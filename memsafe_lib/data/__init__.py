@@ -1,7 +1,7 @@
 """Loaders for the official QA dataset files (MIMIC-IV comes with the clinical issue)."""
 
-from .loader import DATASETS, dataset_spec, discover_files, load_dataset
-from .records import BaseQuery, Exclusion, LoadResult, Provenance, RawFile, Unit
+from memsafe_lib.data.loader import DATASETS, dataset_spec, discover_files, load_dataset
+from memsafe_lib.data.records import BaseQuery, Exclusion, LoadResult, Provenance, RawFile, Unit
 
 __all__ = [
     "DATASETS", "BaseQuery", "Exclusion", "LoadResult", "Provenance", "RawFile", "Unit",

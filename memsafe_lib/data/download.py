@@ -62,9 +62,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..errors import DataFormatError
-from ..io import sha256_file
-from .readers import iter_jsonl, read_json, read_json_array
+from tqdm.auto import tqdm
+
+from memsafe_lib.config import data_dir
+from memsafe_lib.data.readers import iter_jsonl, read_json, read_json_array
+from memsafe_lib.errors import DataFormatError
+from memsafe_lib.io import sha256_file
 
 DEFAULT_SOURCES = Path(__file__).with_name("sources.json")
 BASE_URL_ENV = "MEMSAFE_DATA_BASE_URL"
@@ -325,12 +328,7 @@ class _NoBar:
 
 def _progress_bar(total: int | None, desc: str, enabled: bool) -> Any:
     if enabled:
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:
-            pass
-        else:
-            return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False)
+        return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False)
     return _NoBar()
 
 
@@ -545,6 +543,4 @@ __all__ = [
 ]
 
 if __name__ == "__main__":  # pragma: no cover - convenience: python -m memsafe_lib.data.download [dataset]
-    from ..paths import data_dir
-
     sys.exit(main_download(sys.argv[1] if len(sys.argv) > 1 else None, data_dir()))

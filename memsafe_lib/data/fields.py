@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import DataFormatError
+from memsafe_lib.errors import DataFormatError
 
 T = TypeVar("T")
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .fields import Where, check, optional, require
-from .readers import iter_jsonl, read_json, read_json_array
-from .records import BaseQuery, Provenance, Unit
+from memsafe_lib.data.fields import Where, check, optional, require
+from memsafe_lib.data.readers import iter_jsonl, read_json, read_json_array
+from memsafe_lib.data.records import BaseQuery, Provenance, Unit
 
 # Reasons are fixed strings so that counts group cleanly in the exclusion ledger.
 NO_SUPPORTING = "no supporting facts / evidence labels"

@@ -15,12 +15,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .. import paths
-from ..errors import DataFormatError
-from ..io import canonical_json, sha256_file
-from . import formats
-from .fields import Where
-from .records import BaseQuery, Exclusion, LoadResult, Provenance, RawFile
+from memsafe_lib import config
+from memsafe_lib.data import formats
+from memsafe_lib.data.fields import Where
+from memsafe_lib.data.records import BaseQuery, Exclusion, LoadResult, Provenance, RawFile
+from memsafe_lib.errors import DataFormatError
+from memsafe_lib.io import canonical_json, sha256_file
 
 SIDE_CAR_SUFFIXES = (".sources.json", ".notes.json")
 SCALE_CAP = "not sampled at this scale (per-dataset cap)"
@@ -70,7 +70,7 @@ def discover_files(name: str, data_dir: Path | None = None) -> tuple[list[Path],
     sub-folders (subsets), so on duplicate ids the complete file is the one we cite.
     """
     spec = dataset_spec(name)
-    root = (data_dir or paths.data_dir()) / name
+    root = (data_dir or config.data_dir()) / name
     if not root.is_dir():
         return [], []
     found, ignored = [], []
@@ -90,6 +90,17 @@ def hash_rank(text: str, salt: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{salt}\x1f{text}".encode()).digest()[:8], "big")
 
 
+def require_files(name: str, data_dir: Path) -> list[Path]:
+    """The data files of ``name``, or an error that says where they were expected and how to get them."""
+    files, _ = discover_files(name, data_dir)
+    if not files:
+        raise FileNotFoundError(
+            f"no {name} files under {data_dir / name} (expected {dataset_spec(name).official}); "
+            f"set MEMSAFE_DATA_DIR or run `memsafe data download --dataset {name}`"
+        )
+    return files
+
+
 def load_dataset(
     name: str,
     data_dir: Path | None = None,
@@ -99,13 +110,8 @@ def load_dataset(
 ) -> LoadResult:
     """Load every raw record of ``name``; see the module docstring for the guarantees."""
     spec = dataset_spec(name)
-    data_dir = (data_dir or paths.data_dir()).resolve()
-    files, _ = discover_files(name, data_dir)
-    if not files:
-        raise FileNotFoundError(
-            f"no {name} files under {data_dir / name} (expected {spec.official}); "
-            f"set MEMSAFE_DATA_DIR or run `memsafe data download --dataset {name}`"
-        )
+    data_dir = (data_dir or config.data_dir()).resolve()
+    files = require_files(name, data_dir)
     raw_files: list[RawFile] = []
     queries: list[BaseQuery] = []
     exclusions: list[Exclusion] = []

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataFormatError
-from ..io import open_maybe_gzip
+from memsafe_lib.errors import DataFormatError
+from memsafe_lib.io import open_maybe_gzip
 
 
 def read_bytes(path: Path) -> bytes:

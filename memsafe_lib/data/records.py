@@ -96,3 +96,21 @@ class LoadResult:
     @property
     def raw_records(self) -> int:
         return sum(f.records for f in self.files)
+
+    def summary(self) -> LoadSummary:
+        return LoadSummary(self.dataset, list(self.files), list(self.exclusions), list(self.warnings))
+
+
+@dataclass
+class LoadSummary:
+    """A load without its parsed queries: raw files (with hashes), the loader's exclusions and
+    warnings. Stored variants carry it, so later steps cite their raw files without re-parsing."""
+
+    dataset: str
+    files: list[RawFile]
+    exclusions: list[Exclusion]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def raw_records(self) -> int:
+        return sum(f.records for f in self.files)

@@ -1,0 +1,246 @@
+"""The one configuration object and the one place that names locations.
+
+A run resolves its :class:`ScaleConfig` once, where it starts (a CLI verb, a notebook's
+parameter cell), and passes it down; every artifact folder is named here
+(:data:`FOLDERS`), as are the paper's seeds and the accessor of its reported values.
+
+Every path can be overridden by an environment variable so the same code runs in CI,
+on a laptop and on a GPU node:
+
+* ``MEMSAFE_DATA_DIR``: root of the raw data (``<root>/<dataset>/...``); default ``./data``.
+* ``MEMSAFE_ARTIFACTS_DIR``: root of generated outputs; default ``<repo>/artifacts``.
+* ``MEMSAFE_THREADS``: threads of every native pool (OpenMP, BLAS, torch); unset: one thread
+  for scikit-learn fits and one per core for torch, see :func:`native_threads`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+FAMILY_A_DATASETS: tuple[str, ...] = ("musique", "hotpotqa", "2wikimultihopqa")
+"""Directory names under ``MEMSAFE_DATA_DIR`` of the multi-hop datasets the paper size-matches."""
+QA_DATASETS: tuple[str, ...] = (*FAMILY_A_DATASETS, "squad2")
+"""Every QA dataset directory; SQuAD 2.0 is used as released (single-paragraph memories)."""
+
+PAPER_SEEDS: tuple[int, ...] = (17, 29, 43, 71, 101)
+"""The paper's five seeds; smaller scales use a prefix of them."""
+DEFAULT_SEED = PAPER_SEEDS[0]
+"""The seed of any estimator or encoder built without one."""
+
+# Artifact folders under artifacts/<scale>/ (or artifacts/scratch/<scale>/): each named once.
+NB01_AUDIT = "01_construction_audit"
+NB02_TRAINING = "02_training"
+EVALUATE = "evaluate"
+GATES = "gates"
+BENCH = "bench"
+VARIANTS = "variants"
+SCRATCH = "scratch"
+FOLDERS: tuple[str, ...] = (NB01_AUDIT, NB02_TRAINING, EVALUATE, GATES, BENCH, VARIANTS)
+LEDGER_FILE = "ledger.jsonl"
+RUN_TIMES_FILE = "run_times.csv"
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("MEMSAFE_DATA_DIR", REPO_ROOT / "data")).expanduser().resolve()
+
+
+def artifacts_dir() -> Path:
+    return Path(os.environ.get("MEMSAFE_ARTIFACTS_DIR", REPO_ROOT / "artifacts")).expanduser().resolve()
+
+
+THREADS_ENV = "MEMSAFE_THREADS"
+DEFAULT_FIT_THREADS = 1
+"""OpenMP/BLAS threads for scikit-learn fits when ``MEMSAFE_THREADS`` is unset: on 2 cores a
+LexSet fit is about four times faster with one thread than with two on an idle machine, and
+two stall it beside busy processes (``artifacts/cpu/bench/threads_musique.csv``)."""
+
+
+def native_threads() -> int | None:
+    """``MEMSAFE_THREADS``: threads for every native pool (OpenMP, BLAS, torch); 0 leaves each
+    library at its own default; unset (None) means the measured defaults of :func:`fit_threads`
+    and :func:`torch_threads`."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        threads = int(value)
+    except ValueError:
+        raise ValueError(f"{THREADS_ENV}={value!r} is not an integer (0 = library defaults)") from None
+    if threads < 0:
+        raise ValueError(f"{THREADS_ENV}={value!r} must be >= 0 (0 = library defaults)")
+    return threads
+
+
+def fit_threads() -> int:
+    """OpenMP/BLAS threads for estimator fits: ``MEMSAFE_THREADS``, else 1."""
+    threads = native_threads()
+    return DEFAULT_FIT_THREADS if threads is None else threads
+
+
+def torch_threads() -> int:
+    """torch intra-op threads: ``MEMSAFE_THREADS``, else one per core. Encoding on 2 cores ran
+    markedly faster with two threads on an idle machine and at most moderately slower beside
+    busy processes, a far milder loss than OpenMP's stall in scikit-learn (same table)."""
+    threads = native_threads()
+    return (os.cpu_count() or 1) if threads is None else threads
+
+
+def notebooks_dir() -> Path:
+    return REPO_ROOT / "notebooks"
+
+
+def paper_reference_file() -> Path:
+    """Values reported in the paper, kept apart from anything we compute."""
+    return REPO_ROOT / "paper" / "reference_values.json"
+
+
+@cache
+def paper_reference() -> dict[str, Any]:
+    """The paper's reported values (labelled reference columns only; never used as results).
+    The one accessor: every table and notebook reads them through it."""
+    return json.loads(paper_reference_file().read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class NeuralBudget:
+    """What the neural models may spend at a scale. The paper's settings are the defaults;
+    the CPU scales cap what would take hours on 2 cores, and say so in every artifact."""
+
+    encoder_seeds: tuple[int, ...] = PAPER_SEEDS[:3]
+    """Seeds that fine-tune their own Stage A encoders; any other Stage B seed reuses one of
+    them (paper: 71 -> 17, 101 -> 29), see :func:`encoder_seed_for`."""
+    max_length: int = 256
+    """Tokens per (query, unit) pair."""
+    finetune_max_pairs: int | None = None
+    """Training pairs per fold encoder (a hash-ordered subset); None = all (one epoch)."""
+    finetune_lr: float = 2e-5
+    """Encoder body learning rate of Stage A fine-tuning (the paper does not state its own)."""
+    stage_b_epochs: int = 30
+    full_grid: bool = True
+    """Run the 8-point Stage B grid on MuSiQue validation (else the default point only)."""
+    concat_max_train: int | None = None
+    """Training memories for the concatenated cross-encoder; None = all."""
+    concat_max_length: int = 512
+    """Tokens of (question, serialised memory) for the concatenated cross-encoder."""
+    judge_max_base_queries: int | None = 1000
+    """Base questions (of the test split, hash order) the LLM judge scores (paper: 1,000)."""
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    """What a scale means. One code path serves all three; only these numbers change."""
+
+    name: str
+    max_base_queries: int | None
+    """Cap on base queries per dataset (taken in salted-hash order, so the subset is
+    deterministic and spread across splits); ``None`` keeps every record."""
+    seeds: tuple[int, ...]
+    datasets: tuple[str, ...] = FAMILY_A_DATASETS
+    description: str = ""
+    neural: NeuralBudget = field(default_factory=NeuralBudget)
+
+    @property
+    def recorded_dir(self) -> Path:
+        """``artifacts/<scale>/``: what a reproduce run writes (committed at cpu)."""
+        return artifacts_dir() / self.name
+
+    @property
+    def run_dir(self) -> Path:
+        """Where this run's outputs and ledger go: :attr:`recorded_dir` when :func:`recording`,
+        else ``artifacts/scratch/<scale>/`` (ignored by git)."""
+        return self.recorded_dir if recording() else artifacts_dir() / SCRATCH / self.name
+
+    def output_dir(self, folder: str, *parts: str) -> Path:
+        """``<run_dir>/<folder>/<parts>`` (e.g. ``artifacts/cpu/02_training/``), created on demand."""
+        if folder not in FOLDERS:
+            raise ValueError(f"unknown artifact folder {folder!r}; name it in memsafe_lib.config.FOLDERS")
+        path = self.run_dir.joinpath(folder, *parts)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def cache_dir(self, folder: str, *parts: str) -> Path:
+        """``artifacts/<scale>/<folder>/<parts>/.cache/``: content-keyed caches (Stage A encoders
+        and encodings, fitted models, stored variants), never committed and shared by recording
+        and scratch runs, so exploring reuses what a reproduce run computed and the other way round."""
+        if folder not in FOLDERS:
+            raise ValueError(f"unknown artifact folder {folder!r}; name it in memsafe_lib.config.FOLDERS")
+        path = self.recorded_dir.joinpath(folder, *parts, ".cache")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def ledger_path(self) -> Path:
+        """The committed ledger in a reproduce run, a scratch ledger otherwise."""
+        return self.run_dir / LEDGER_FILE
+
+
+SCALES: dict[str, ScaleConfig] = {
+    "smoke": ScaleConfig(
+        name="smoke",
+        max_base_queries=150,
+        seeds=PAPER_SEEDS[:1],
+        description="CI: every notebook on small real subsets, minutes on 2 CPU cores.",
+        neural=NeuralBudget(encoder_seeds=PAPER_SEEDS[:1], max_length=128, finetune_max_pairs=192, stage_b_epochs=8,
+                            full_grid=False, concat_max_train=48, concat_max_length=256,
+                            judge_max_base_queries=2),
+    ),
+    "cpu": ScaleConfig(
+        name="cpu",
+        max_base_queries=None,
+        seeds=PAPER_SEEDS[:3],
+        description="All real data present under MEMSAFE_DATA_DIR, about two hours on 2 cores (notebooks 01-02).",
+        # One fine-tuned encoder pair (seed 17) shared by the three Stage B seeds, as the
+        # paper's ablations do. Stage A at 128 tokens (paper 256) on 4,000 balanced training
+        # pairs per fold at lr 1e-4 instead of a full epoch: a probe on MuSiQue fold 0 gave
+        # test-pair logit AUROC 0.58 plain / 0.80 bridge at 1e-4 vs 0.58 / 0.66 at 3e-5
+        # (3,000 pairs). The concatenated cross-encoder sees 120 training memories, the judge
+        # the first 6 test questions of each dataset.
+        neural=NeuralBudget(encoder_seeds=PAPER_SEEDS[:1], max_length=128, finetune_max_pairs=4000, finetune_lr=1e-4,
+                            concat_max_train=120, judge_max_base_queries=6),
+    ),
+    "paper": ScaleConfig(
+        name="paper",
+        max_base_queries=None,
+        seeds=PAPER_SEEDS,
+        description="Full official files, the paper's five seeds; needs a GPU.",
+    ),
+}
+
+DEFAULT_SCALE = "cpu"
+
+
+def encoder_seed_for(seed: int, encoder_seeds: tuple[int, ...]) -> int:
+    """The Stage A encoder a Stage B seed uses: its own if it has one, else the paper's reuse
+    rule by position in the seed list (17, 29, 43, 71 -> 17, 101 -> 29)."""
+    if seed in encoder_seeds:
+        return seed
+    position = PAPER_SEEDS.index(seed) if seed in PAPER_SEEDS else seed
+    return encoder_seeds[position % len(encoder_seeds)]
+
+
+def scale_config(name: str) -> ScaleConfig:
+    try:
+        return SCALES[name]
+    except KeyError:
+        raise ValueError(f"unknown scale {name!r}; choose one of {sorted(SCALES)}") from None
+
+
+RECORD_ENV = "MEMSAFE_RECORD"
+
+
+def recording() -> bool:
+    """Whether this run writes the committed results (``artifacts/<scale>/`` and its ledger).
+
+    Only a reproduce run does: ``make reproduce``, or any verb with ``--record``
+    (``MEMSAFE_RECORD=1``). Everything else writes under ``artifacts/scratch/<scale>/``
+    (ignored by git), so exploring never modifies what is committed.
+    """
+    return os.environ.get(RECORD_ENV, "").strip().lower() in {"1", "true", "yes"}
+

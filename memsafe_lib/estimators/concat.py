@@ -1,0 +1,128 @@
+"""The concatenated cross-encoder: one encoder pass over (question, whole memory), 512 tokens.
+
+The strongest baseline of Qiu et al. and the paper's test of whether a set model is needed
+at all. The encoder (same start as Stage A) is fine-tuned on the unsafe label of the
+serialised memory, truncated to ``max_length`` tokens (the paper: 512, which cuts almost
+every MuSiQue memory). The integrity state is read from the tuned encoder's pooled
+representation by a multinomial logistic head fitted afterwards on the same training
+memories (the paper trains it jointly; a documented simplification).
+
+Fine-tuning reuses :func:`memsafe_lib.encodings.finetune.finetune` (checkpoints, exact resume); the
+tuned weights are saved under a content key and encodings are cached by weights and text,
+so a re-run after a code change re-scores nothing it has scored before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.torch import load_file, save
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from memsafe_lib.config import DEFAULT_SEED
+from memsafe_lib.data.loader import hash_rank
+from memsafe_lib.encodings.encoders import (
+    PACKAGED_MINILM,
+    CrossEncoder,
+    EncoderConfig,
+    EncodingCache,
+    Pair,
+    encode_pairs,
+)
+from memsafe_lib.encodings.finetune import FinetuneConfig, finetune, run_key
+from memsafe_lib.estimators.controls import Predictions
+from memsafe_lib.estimators.text import memory_text
+from memsafe_lib.io import atomic_open
+from memsafe_lib.variants.construction import Variant
+
+
+@dataclass(frozen=True)
+class ConcatConfig:
+    max_length: int = 512
+    epochs: int = 2
+    lr: float = 3e-5
+    batch_size: int = 8
+    max_train: int | None = None
+    """Training memories (all variants of base questions taken in salted-hash order); None = all."""
+    bf16: bool = True
+
+
+def capped(train: Sequence[Variant], max_train: int | None) -> list[Variant]:
+    """Whole base questions in salted-hash order until ``max_train`` memories, so the states
+    stay balanced."""
+    if max_train is None or len(train) <= max_train:
+        return list(train)
+    by_base: dict[str, list[Variant]] = {}
+    for v in train:
+        by_base.setdefault(v.base_id, []).append(v)
+    out: list[Variant] = []
+    for base in sorted(by_base, key=lambda b: hash_rank(b, "concat-cap")):
+        if len(out) + len(by_base[base]) > max_train:
+            break
+        out += by_base[base]
+    return out
+
+
+def pair(v: Variant) -> Pair:
+    return Pair(v.question, memory_text(v))
+
+
+@dataclass
+class ConcatCrossEncoder:
+    seed: int = DEFAULT_SEED
+    settings: ConcatConfig = ConcatConfig()
+    encoder_model: str = PACKAGED_MINILM
+    device: str = "cpu"
+    cache_dir: Path | None = None
+    name: str = "concat_ce"
+    deterministic: bool = False
+    config: dict[str, Any] = field(default_factory=dict)
+    _model: CrossEncoder | None = None
+    _state: Any = None
+
+    def _encode(self, variants: Sequence[Variant]) -> tuple[np.ndarray, np.ndarray]:
+        assert self._model is not None
+        cache = EncodingCache(self.cache_dir / "concat_encodings.sqlite") if self.cache_dir else None
+        try:
+            return encode_pairs(self._model, [pair(v) for v in variants], cache, progress=True)
+        finally:
+            if cache is not None:
+                cache.close()
+
+    def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> ConcatCrossEncoder:
+        s = self.settings
+        model = CrossEncoder(EncoderConfig(model=self.encoder_model, max_length=s.max_length, bf16=s.bf16,
+                                           batch_size=16, device=self.device), seed=self.seed)
+        subset = capped(train, s.max_train)
+        pairs = [pair(v) for v in subset]
+        labels = np.array([v.unsafe for v in subset], dtype=np.float32)
+        ft = FinetuneConfig(epochs=s.epochs, lr=s.lr, batch_size=s.batch_size, bf16=s.bf16, include_bridge=False)
+        key = run_key(model, pairs, labels, ft, self.seed)
+        final = self.cache_dir / f"concat-{key}.safetensors" if self.cache_dir else None
+        if final is not None and final.exists():
+            model.load_state_dict(load_file(final))
+        else:
+            finetune(model, pairs, labels, ft, seed=self.seed, checkpoint_dir=self.cache_dir)
+            if final is not None:
+                with atomic_open(final, "wb") as fh:
+                    fh.write(save({k: t.contiguous() for k, t in model.state_dict().items()}))
+                (self.cache_dir / f"finetune-{key}.pt").unlink(missing_ok=True)  # type: ignore[operator]
+        model.eval()
+        self._model = model
+        reps, _ = self._encode(subset)
+        self._state = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=5000)).fit(
+            reps, [v.state for v in subset])
+        self.config = {**asdict(s), "train_memories": len(subset), "encoder": self.encoder_model}
+        return self
+
+    def predict(self, variants: Sequence[Variant]) -> Predictions:
+        if self._model is None:
+            raise RuntimeError("concat_ce: call fit() first")
+        reps, logits = self._encode(variants)
+        return Predictions(1.0 / (1.0 + np.exp(-logits.astype(float))), self._state.predict(reps).astype(object))

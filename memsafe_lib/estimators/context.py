@@ -1,0 +1,46 @@
+"""What the neural estimators need before they can be fitted: Stage A encodings per encoder
+seed and the Stage B configuration. Built by :func:`memsafe_lib.evaluation.neural.build_context`
+once per (dataset, construction, scale) and handed to the factories of the registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from memsafe_lib import config
+from memsafe_lib.config import NeuralBudget, ScaleConfig, encoder_seed_for
+from memsafe_lib.encodings.encoders import VariantEncoding
+from memsafe_lib.encodings.stagea import StageAResult
+from memsafe_lib.estimators.setmodel import SetModelConfig
+
+
+def model_cache_dir(scale: ScaleConfig, dataset: str) -> Path:
+    """Per-dataset model caches (Stage A fold encoders and encodings, the concatenated
+    cross-encoder); not committed."""
+    return scale.cache_dir(config.NB02_TRAINING) / dataset
+
+
+@dataclass
+class NeuralContext:
+    dataset: str
+    scale: ScaleConfig
+    stage_a: dict[int, StageAResult]
+    """Per encoder seed."""
+    stage_b: dict[str, Any] = field(default_factory=dict)
+    """The selected grid point (width, dropout, lr)."""
+    device: str = "cpu"
+
+    @property
+    def budget(self) -> NeuralBudget:
+        return self.scale.neural
+
+    @property
+    def cache_dir(self) -> Path:
+        return model_cache_dir(self.scale, self.dataset)
+
+    def encodings(self, seed: int) -> dict[str, VariantEncoding]:
+        return self.stage_a[encoder_seed_for(seed, self.budget.encoder_seeds)].encodings
+
+    def set_config(self, **overrides: Any) -> SetModelConfig:
+        return replace(SetModelConfig(epochs=self.budget.stage_b_epochs), **{**self.stage_b, **overrides})

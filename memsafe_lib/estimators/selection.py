@@ -1,0 +1,65 @@
+"""Hyper-parameter selection on the validation split, shared by every learned baseline.
+
+The rule is the paper's: highest validation unsafe AUROC, ties broken by integrity
+macro F1, then by the order of the grid (so the choice is deterministic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
+from memsafe_lib.variants.construction import STATES, Variant
+
+M = TypeVar("M")
+
+
+@dataclass
+class Selected(Generic[M]):
+    model: M
+    config: dict[str, Any]
+    validation_auroc: float | None
+    validation_macro_f1: float | None
+    grid_scores: list[dict[str, Any]]
+
+
+def validation_scores(
+    predict: Callable[[Sequence[Variant]], Any], validation: Sequence[Variant]
+) -> tuple[float, float]:
+    preds = predict(validation)
+    states = [v.state for v in validation]
+    labels = [s for s in STATES if s in set(states)]
+    return (unsafe_auroc([v.unsafe for v in validation], preds.unsafe_prob),
+            macro_f1(states, list(preds.state), labels))
+
+
+def select(
+    grid: Sequence[dict[str, Any]],
+    fit: Callable[[dict[str, Any]], M],
+    predict: Callable[[M, Sequence[Variant]], Any],
+    validation: Sequence[Variant] | None,
+) -> Selected[M]:
+    """Fit every configuration of ``grid`` and keep the best on ``validation``.
+
+    Without validation data (or with a one-configuration grid) the first configuration is used.
+    """
+    if not grid:
+        raise ValueError("empty hyper-parameter grid")
+    if validation is None or len(grid) == 1 or len({v.unsafe for v in validation}) < 2:
+        model = fit(grid[0])
+        return Selected(model, dict(grid[0]), None, None, [])
+    best: tuple[float, float, int] | None = None
+    chosen: Selected[M] | None = None
+    scores = []
+    for i, config in enumerate(grid):
+        model = fit(config)
+        auroc, f1 = validation_scores(lambda vs, m=model: predict(m, vs), validation)
+        scores.append({**config, "validation_auroc": auroc, "validation_macro_f1": f1})
+        key = (auroc, f1, -i)
+        if best is None or key > best:
+            best, chosen = key, Selected(model, dict(config), auroc, f1, scores)
+    assert chosen is not None
+    chosen.grid_scores = scores
+    return chosen

@@ -1,0 +1,226 @@
+"""The paper's pre-registered hypotheses H1-H5 and the smoke gates G1-G5, evaluated as code on
+whatever results exist: each verdict is pass, fail or untested, with the evidence that decided it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from memsafe_lib.config import FAMILY_A_DATASETS
+from memsafe_lib.measures.inference import METRICS
+
+MEMSAFE, MEAN_POOL, LEXSET, TFIDF = "memsafe", "mean_pool", "lexset", "tfidf"
+TEXT_LENGTH, PARAGRAPH_COUNT, MEMSAFE_NO_BRIDGE = "text_length", "paragraph_count", "memsafe_no_bridge"
+
+MUSIQUE, HOTPOTQA, TWOWIKI = FAMILY_A_DATASETS
+CLINICAL_PREFIX = "mimic"
+FAMILY_A, FAMILY_B = "size-matched", "family-b"
+TEST, VALIDATION = "test", "validation"
+
+PARAGRAPH_COUNT_MAX_AUROC = 0.60
+"""Smoke gate: on size-matched data the paragraph count must not reveal the state."""
+TEXT_LENGTH_MAX_AUROC = 0.70
+"""Smoke gate: nor may the text length (beyond this weak residual)."""
+MEMSAFE_OVER_LEXSET_MIN_VALIDATION = 0.05
+"""Smoke gate: memsafe's validation unsafe AUROC exceeds lexset's by at least this."""
+
+PASS, FAIL, UNTESTED = "pass", "fail", "untested"
+REPORT_COLUMNS: tuple[str, ...] = ("id", "statement", "status", "evidence")
+
+
+STATEMENTS: dict[str, str] = {
+    "H1": "memsafe exceeds mean_pool in test unsafe AUROC on MuSiQue, HotpotQA and 2WikiMultiHopQA "
+          "(size-matched), with the bootstrap interval's lower end above 0",
+    "H2": "memsafe exceeds lexset and tfidf in test unsafe AUROC and macro F1 (mean over seeds) "
+          "on every QA dataset present (size-matched)",
+    "H3": "on MuSiQue, memsafe's test unsafe-AUROC drop from family A (size-matched) to family B "
+          "is smaller than tfidf's and than text_length's",
+    "H4": "removing bridge-conditioned encoding (memsafe_no_bridge) lowers test unsafe AUROC on "
+          "MuSiQue and 2WikiMultiHopQA (size-matched)",
+    "H5": "memsafe exceeds lexset in test unsafe AUROC on MIMIC",
+    "G1": "all tests pass",
+    "G2": "all data invariants hold",
+    "G3": f"paragraph_count test unsafe AUROC <= {PARAGRAPH_COUNT_MAX_AUROC:.2f} on every size-matched dataset",
+    "G4": f"text_length test unsafe AUROC <= {TEXT_LENGTH_MAX_AUROC:.2f} on every size-matched dataset",
+    "G5": f"memsafe exceeds lexset by >= {MEMSAFE_OVER_LEXSET_MIN_VALIDATION:.2f} in validation unsafe AUROC "
+          "on every size-matched dataset",
+}
+
+_Check = tuple[bool | None, str]  # (outcome, evidence); None: could not be tested
+
+
+def _verdict(check_id: str, checks: list[_Check], nothing: str = "no applicable data") -> dict[str, str]:
+    """fail if any check fails (a universal claim is refuted by one case), pass if all pass, else untested."""
+    if not checks:
+        status, evidence = UNTESTED, nothing
+    else:
+        outcomes = [ok for ok, _ in checks]
+        status = FAIL if False in outcomes else PASS if all(ok is True for ok in outcomes) else UNTESTED
+        evidence = "; ".join(text for _, text in checks)
+    return {"id": check_id, "statement": STATEMENTS[check_id], "status": status, "evidence": evidence}
+
+
+def _report(rows: list[dict[str, str]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(REPORT_COLUMNS))
+
+
+_KEYS = ("dataset", "construction", "model", "seed", "split")
+
+
+class _Means:
+    """Seed means of a results table, looked up by (dataset, construction, model, split, metric)."""
+
+    def __init__(self, metrics: pd.DataFrame) -> None:
+        missing = [c for c in _KEYS if c not in metrics.columns]
+        if missing:
+            raise ValueError(f"metrics table lacks column(s) {missing}")
+        dup = metrics.duplicated(list(_KEYS))
+        if dup.any():
+            raise ValueError(f"metrics table has {int(dup.sum())} duplicate rows for one "
+                             "(dataset, construction, model, seed, split)")
+        self.table = metrics
+        cols = [m for m in METRICS if m in metrics.columns]
+        self.means = metrics.groupby(["dataset", "construction", "model", "split"])[cols].mean() if cols else None
+
+    def get(self, dataset: str, construction: str, model: str, split: str, metric: str) -> float | None:
+        if self.means is None or metric not in self.means.columns:
+            return None
+        try:
+            value = self.means.loc[(dataset, construction, model, split), metric]
+        except KeyError:
+            return None
+        return None if pd.isna(value) else float(value)
+
+    def datasets(self, construction: str, predicate: Callable[[str], bool] = lambda d: True) -> list[str]:
+        t = self.table
+        return sorted(d for d in t.loc[t["construction"] == construction, "dataset"].unique() if predicate(d))
+
+
+def _lookup_interval(intervals: pd.DataFrame | None, dataset: str, a: str, b: str,
+                     metric: str) -> tuple[float, float] | None:
+    """(lo, hi) for a - b; a stored b - a interval is negated."""
+    if intervals is None or intervals.empty:
+        return None
+    for x, y, sign in ((a, b, 1.0), (b, a, -1.0)):
+        hit = intervals[(intervals["dataset"] == dataset) & (intervals["model_a"] == x)
+                        & (intervals["model_b"] == y) & (intervals["metric"] == metric)]
+        if len(hit):
+            lo, hi = float(hit["lo"].iloc[0]), float(hit["hi"].iloc[0])
+            return (lo, hi) if sign > 0 else (-hi, -lo)
+    return None
+
+
+def _exceeds(means: _Means, dataset: str, construction: str, split: str, metric: str, a: str, b: str,
+             margin: float = 0.0) -> _Check:
+    """Check mean(a) - mean(b) > margin (>= margin when margin > 0)."""
+    va, vb = means.get(dataset, construction, a, split, metric), means.get(dataset, construction, b, split, metric)
+    where = f"{dataset} {split} {metric}"
+    if va is None or vb is None:
+        absent = [m for m, v in ((a, va), (b, vb)) if v is None]
+        return None, f"{where}: missing {', '.join(absent)}"
+    ok = va - vb >= margin - 1e-12 if margin > 0 else va > vb  # tolerance: 0.65 - 0.60 is 0.0499...
+    rel = f">= {margin:.2f}" if margin > 0 else "> 0"
+    return ok, f"{where}: {a} {va:.4f} - {b} {vb:.4f} = {va - vb:+.4f} ({'ok' if ok else 'not'} {rel})"
+
+
+def evaluate_hypotheses(metrics: pd.DataFrame, intervals: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Status of the pre-registered hypotheses H1-H5 from seed-level results and bootstrap intervals.
+
+    ``metrics`` has one row per (dataset, construction, model, seed, split) with
+    ``unsafe_auroc`` and ``macro_f1``; values are averaged over seeds. ``intervals`` has
+    dataset, model_a, model_b, metric, estimate, lo, hi (test split, size-matched). A
+    hypothesis fails when any of its cases fails (each is a universal claim), passes when
+    every case was tested and holds, and is otherwise untested; the evidence names what
+    was missing.
+    """
+    means = _Means(metrics)
+    rows = []
+
+    h1: list[_Check] = []
+    for d in FAMILY_A_DATASETS:
+        ok, text = _exceeds(means, d, FAMILY_A, TEST, "unsafe_auroc", MEMSAFE, MEAN_POOL)
+        ci = _lookup_interval(intervals, d, MEMSAFE, MEAN_POOL, "unsafe_auroc")
+        if ci is None:
+            text += f"; {d}: missing interval {MEMSAFE} - {MEAN_POOL}"
+            ok = False if ok is False else None
+        else:
+            ci_ok = ci[0] > 0
+            text += f", CI [{ci[0]:+.4f}, {ci[1]:+.4f}] ({'lo > 0' if ci_ok else 'lo <= 0'})"
+            ok = None if ok is None and ci_ok else (bool(ok) and ci_ok)
+        h1.append((ok, text))
+    rows.append(_verdict("H1", h1))
+
+    qa_present = means.datasets(FAMILY_A, lambda d: d in FAMILY_A_DATASETS)
+    h2 = [_exceeds(means, d, FAMILY_A, TEST, metric, MEMSAFE, other)
+          for d in qa_present for other in (LEXSET, TFIDF) for metric in METRICS]
+    rows.append(_verdict("H2", h2, nothing="no size-matched QA dataset in the table"))
+
+    drops: dict[str, float | None] = {}
+    h3_missing = []
+    for model in (MEMSAFE, TFIDF, TEXT_LENGTH):
+        a = means.get(MUSIQUE, FAMILY_A, model, TEST, "unsafe_auroc")
+        b = means.get(MUSIQUE, FAMILY_B, model, TEST, "unsafe_auroc")
+        drops[model] = None if a is None or b is None else a - b
+        if a is None:
+            h3_missing.append(f"{model} {FAMILY_A}")
+        if b is None:
+            h3_missing.append(f"{model} {FAMILY_B}")
+    h3: list[_Check] = []
+    for other in (TFIDF, TEXT_LENGTH):
+        dm, do = drops[MEMSAFE], drops[other]
+        if dm is None or do is None:
+            gone = [f for f in h3_missing if f.startswith((MEMSAFE + " ", other + " "))]
+            h3.append((None, f"{MUSIQUE} drop {MEMSAFE} vs {other}: missing {', '.join(gone)}"))
+        else:
+            ok = dm < do
+            h3.append((ok, f"{MUSIQUE} A->B drop {MEMSAFE} {dm:+.4f} vs {other} {do:+.4f} "
+                           f"({'ok' if ok else 'not'} smaller)"))
+    rows.append(_verdict("H3", h3))
+
+    h4 = [_exceeds(means, d, FAMILY_A, TEST, "unsafe_auroc", MEMSAFE, MEMSAFE_NO_BRIDGE) for d in (MUSIQUE, TWOWIKI)]
+    rows.append(_verdict("H4", h4))
+
+    clinical = sorted(d for d in metrics["dataset"].unique() if str(d).startswith(CLINICAL_PREFIX))
+    h5: list[_Check] = []
+    for d in clinical:
+        for cons in sorted(metrics.loc[metrics["dataset"] == d, "construction"].unique()):
+            ok, text = _exceeds(means, d, cons, TEST, "unsafe_auroc", MEMSAFE, LEXSET)
+            h5.append((ok, f"{text} [{cons}]"))
+    rows.append(_verdict("H5", h5, nothing=f"no dataset starting with {CLINICAL_PREFIX!r}"))
+    return _report(rows)
+
+
+def _flag(check_id: str, value: bool | None, what: str) -> dict[str, str]:
+    if value is None:
+        return _verdict(check_id, [(None, f"{what}: not reported")])
+    return _verdict(check_id, [(bool(value), f"{what}: {'yes' if value else 'no'}")])
+
+
+def _ceiling(means: _Means, check_id: str, model: str, ceiling: float) -> dict[str, str]:
+    checks: list[_Check] = []
+    for d in means.datasets(FAMILY_A):
+        v = means.get(d, FAMILY_A, model, TEST, "unsafe_auroc")
+        if v is None:
+            checks.append((None, f"{d}: missing {model}"))
+        else:
+            ok = v <= ceiling
+            checks.append((ok, f"{d}: {model} {v:.4f} ({'<=' if ok else '>'} {ceiling:.2f})"))
+    return _verdict(check_id, checks, nothing="no size-matched dataset in the table")
+
+
+def smoke_gates(metrics: pd.DataFrame, *, tests_passed: bool | None, invariants_hold: bool | None) -> pd.DataFrame:
+    """Smoke gates G1-G5 that must pass before results are reported (same columns as the hypotheses).
+
+    Test and invariant outcomes come in as flags (None: not run, so untested). The
+    control gates read seed means of the test split; the memsafe-over-lexset gate reads
+    the validation split so it can be checked without looking at test results.
+    """
+    means = _Means(metrics)
+    rows = [_flag("G1", tests_passed, "test suite passed"), _flag("G2", invariants_hold, "data invariants hold"),
+            _ceiling(means, "G3", PARAGRAPH_COUNT, PARAGRAPH_COUNT_MAX_AUROC),
+            _ceiling(means, "G4", TEXT_LENGTH, TEXT_LENGTH_MAX_AUROC)]
+    g5 = [_exceeds(means, d, FAMILY_A, VALIDATION, "unsafe_auroc", MEMSAFE, LEXSET, MEMSAFE_OVER_LEXSET_MIN_VALIDATION)
+          for d in means.datasets(FAMILY_A)]
+    rows.append(_verdict("G5", g5, nothing="no size-matched dataset in the table"))
+    return _report(rows)

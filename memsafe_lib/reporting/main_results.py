@@ -1,0 +1,141 @@
+"""Tables and the figure of notebook 02 (Table "main", seed variability, localisation,
+calibration, selective prediction, bootstrap intervals), each with the paper's values in
+``paper_*`` reference columns that are never used as results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from memsafe_lib.config import paper_reference
+
+MODEL_LABELS: dict[str, str] = {
+    "memsafe": "MemSafe", "mean_pool": "Encoder + mean pool", "relevance_agg": "Relevance aggregation",
+    "concat_ce": "Concatenated cross-encoder", "llm_judge": "LLM judge (zero-shot)",
+    "tfidf": "Flat TF-IDF logistic", "sc_tfidf": "Sufficient-context-style (TF-IDF)", "lexset": "LexSet",
+    "retrieval_sim": "Retrieval-similarity proxy", "text_length": "Text-length control",
+    "paragraph_count": "Paragraph-count control", "provenance_only": "Provenance-only control", "majority": "Majority",
+}
+TABLE_ORDER: tuple[str, ...] = tuple(MODEL_LABELS)
+
+
+def table_order(models: Sequence[str]) -> list[str]:
+    known = [m for m in TABLE_ORDER if m in set(models)]
+    return known + sorted(set(models) - set(known))
+
+
+def main_table(summary: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
+    """One row per model; per dataset: test unsafe AUROC and macro F1 (seed means), the seed
+    SD of AUROC, the number of seeds, and the paper's two values beside them."""
+    sub = summary[(summary.construction == "size-matched") & summary.dataset.isin(datasets)]
+    rows = []
+    for model in table_order(sub.model.unique()):
+        row: dict[str, object] = {"model": model, "label": MODEL_LABELS.get(model, model)}
+        for d in datasets:
+            hit = sub[(sub.dataset == d) & (sub.model == model)]
+            r = hit.iloc[0] if len(hit) else None
+            row[f"{d}_auroc"] = None if r is None else r.unsafe_auroc
+            row[f"{d}_auroc_sd"] = None if r is None else r.unsafe_auroc_sd
+            row[f"{d}_macro_f1"] = None if r is None else r.macro_f1
+            row[f"{d}_seeds"] = None if r is None else int(r.n_seeds)
+            row[f"{d}_paper_auroc"] = None if r is None else r.paper_unsafe_auroc
+            row[f"{d}_paper_macro_f1"] = None if r is None else r.paper_macro_f1
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _paper(section: str, *keys: str) -> object:
+    node: object = paper_reference()["table_main"].get(section, {})
+    for k in keys:
+        node = node.get(k) if isinstance(node, dict) else None
+    return node
+
+
+def seed_variability(metrics: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
+    """Sample SD over seeds of test unsafe AUROC for seeded (non-deterministic) models."""
+    sub = metrics[(metrics.split == "test") & (metrics.construction == "size-matched") & ~metrics.deterministic
+                  & metrics.dataset.isin(datasets)]
+    rows = []
+    for model in table_order(sub.model.unique()):
+        row: dict[str, object] = {"model": model}
+        for d in datasets:
+            vals = sub[(sub.dataset == d) & (sub.model == model)].unsafe_auroc
+            row[f"{d}_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else None
+            row[f"{d}_seeds"] = int(len(vals))
+            row[f"{d}_paper_sd"] = _paper("seed_sd_unsafe_auroc", d, model)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+LOCALIZATION_METRICS = ("evidence_auprc", "count_mae", "ece")
+
+
+def localization_calibration(summary: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
+    """Per-unit evidence AUPRC, missing-count MAE and ECE (seed means) for models that produce them."""
+    sub = summary[(summary.construction == "size-matched") & summary.dataset.isin(datasets)]
+    rows = []
+    for d in datasets:
+        for model in table_order(sub[sub.dataset == d].model.unique()):
+            r = sub[(sub.dataset == d) & (sub.model == model)].iloc[0]
+            if pd.isna(r.evidence_auprc) and pd.isna(r.count_mae) and model not in ("memsafe", "mean_pool"):
+                continue
+            row: dict[str, object] = {"dataset": d, "model": model}
+            for m in LOCALIZATION_METRICS:
+                row[m] = None if pd.isna(r[m]) else float(r[m])
+                row[f"paper_{m}"] = _paper("localization", m, d, model)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def selective_table(summary: pd.DataFrame, datasets: Sequence[str], models: Sequence[str]) -> pd.DataFrame:
+    sub = summary[(summary.construction == "size-matched") & summary.dataset.isin(datasets)
+                  & summary.model.isin(models)]
+    rows = []
+    for d in datasets:
+        for model in table_order(sub[sub.dataset == d].model.unique()):
+            r = sub[(sub.dataset == d) & (sub.model == model)].iloc[0]
+            ref = _paper("selective_5pct", d, model) or {}
+            rows.append({"dataset": d, "model": model, "aurc": r.aurc, "coverage_at_5pct": r.coverage_at_target,
+                         "realized_risk": r.realized_risk, "paper_aurc": ref.get("aurc"),
+                         "paper_coverage": ref.get("coverage"), "paper_realized_risk": ref.get("realized_risk")})
+    return pd.DataFrame(rows)
+
+
+def interval_table(intervals: pd.DataFrame, model: str = "memsafe",
+                   against: Sequence[str] = ("lexset", "tfidf", "mean_pool")) -> pd.DataFrame:
+    """Paired bootstrap differences ``model - other`` (test, size-matched) with the paper's."""
+    sub = intervals[(intervals.construction == "size-matched") & (intervals.model_a == model)
+                    & intervals.model_b.isin(against)].copy()
+    refs = [_paper("bootstrap", d, f"{model}-{b}") if m == "unsafe_auroc" else None
+            for d, b, m in zip(sub.dataset, sub.model_b, sub.metric, strict=True)]
+    sub["paper_estimate"] = [r[0] if r else None for r in refs]
+    sub["paper_lo"] = [r[1] if r else None for r in refs]
+    sub["paper_hi"] = [r[2] if r else None for r in refs]
+    return sub.reset_index(drop=True)
+
+
+def auroc_figure(summary: pd.DataFrame, datasets: Sequence[str]) -> Figure:
+    """Test unsafe AUROC by model and dataset (bars: ours, seed means with seed SD; red
+    ticks: the paper's values). A bare Figure, so the library never picks a backend."""
+    sub = summary[(summary.construction == "size-matched") & summary.dataset.isin(datasets)].copy()
+    order = table_order(sub.model.unique())
+    fig = Figure(figsize=(4.2 * len(datasets), 0.32 * len(order) + 1.4))
+    axes = fig.subplots(1, len(datasets), sharey=True, squeeze=False)[0]
+    for ax, d in zip(axes, datasets, strict=True):
+        part = sub[sub.dataset == d].set_index("model").reindex(order).reset_index()
+        sns.barplot(data=part, y="model", x="unsafe_auroc", ax=ax, color="#4C72B0", orient="h")
+        ax.errorbar(part.unsafe_auroc, range(len(order)), xerr=part.unsafe_auroc_sd.fillna(0), fmt="none",
+                    ecolor="black", lw=1)
+        ax.scatter(part.paper_unsafe_auroc, range(len(order)), marker="|", s=160, color="#C44E52",
+                   label="paper (full data)", zorder=3)
+        ax.axvline(0.5, color="grey", lw=0.8, ls=":")
+        ax.set_xlim(0.4, 1.0)
+        ax.set_title(d)
+        ax.set_xlabel("test unsafe AUROC")
+        ax.set_ylabel("")
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig

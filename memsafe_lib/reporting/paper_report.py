@@ -1,0 +1,140 @@
+"""Fill the reproduction report's tables from the artifacts of a run.
+
+``paper/REPORT.md`` is prose we write, with marked blocks that this module regenerates:
+
+    <!-- memsafe:table cpu/01_construction_audit/controls_test.csv cols=dataset,model,unsafe_auroc -->
+    ...generated markdown table...
+    <!-- /memsafe:table -->
+
+so every number in a table comes from a CSV written by a ledgered run, and re-running the
+notebooks and ``memsafe report`` refreshes them without touching the prose. An optional
+``where=col:v1,v2;col:v3`` keeps rows whose column takes one of the listed values (quote the
+whole option when a value has spaces).
+
+Numbers inside the prose are generated the same way, one marker each:
+
+    reaches <!-- memsafe:value cpu/02_training/main_table.csv model=memsafe musique_auroc .3f -->
+    0.709<!-- /memsafe:value -->          (one line in the document)
+
+The marker names the CSV, filters (``column=value[,value]``; a value with spaces is quoted),
+the column, and optionally ``agg=min|max|mean|sum|count`` (required when several rows match),
+``abs`` and a Python format spec (``.3f``, ``+.3f``, ``.1%``, ``,d``; default ``.4f``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pandas as pd
+
+from memsafe_lib import config
+from memsafe_lib.io import write_text
+
+BLOCK = re.compile(r"(<!-- memsafe:table (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- /memsafe:table -->)", re.S)
+
+
+def _format(value: object) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)) or value is pd.NA:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value).replace("|", "\\|")
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    rows = ["| " + " | ".join(_format(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *rows]) + "\n"
+
+
+def render_block(spec: str, artifacts: Path) -> str:
+    parts = shlex.split(spec)  # a value with spaces is quoted: where="step:notebook 01 at smoke"
+    source = artifacts / parts[0]
+    options = dict(p.split("=", 1) for p in parts[1:])
+    if not source.exists():
+        raise FileNotFoundError(f"report table source {source} not found; run the notebook at that scale first")
+    frame = pd.read_csv(source).convert_dtypes()  # integer columns with gaps stay integers
+    for clause in filter(None, options.get("where", "").split(";")):
+        column, values = clause.split(":", 1)
+        frame = frame[frame[column].astype(str).isin(values.split(","))]
+    if "cols" in options:
+        frame = frame[options["cols"].split(",")]
+    return markdown_table(frame)
+
+
+VALUE = re.compile(r"(<!-- memsafe:value (?P<spec>[^>]*?) -->)(?P<body>[^<]*)(<!-- /memsafe:value -->)")
+AGGREGATES = {"min": "min", "max": "max", "mean": "mean", "sum": "sum", "count": "count"}
+_CSV_CACHE: dict[Path, pd.DataFrame] = {}
+
+
+def _frame(source: Path) -> pd.DataFrame:
+    if source not in _CSV_CACHE:
+        if not source.exists():
+            raise FileNotFoundError(f"report value source {source} not found; run the notebook at that scale first")
+        _CSV_CACHE[source] = pd.read_csv(source)
+    return _CSV_CACHE[source]
+
+
+def render_value(spec: str, artifacts: Path) -> str:
+    """One number of the prose, from one cell (or an aggregate over the selected cells)."""
+    parts = shlex.split(spec)
+    frame = _frame(artifacts / parts[0])
+    column, agg, fmt, absolute = None, None, ".4f", False
+    for part in parts[1:]:
+        if "=" in part:
+            key, value = part.split("=", 1)
+            if key == "agg":
+                if value not in AGGREGATES:
+                    raise ValueError(f"report value {spec!r}: agg must be one of {sorted(AGGREGATES)}")
+                agg = value
+            else:
+                if key not in frame.columns:
+                    raise ValueError(f"report value {spec!r}: no column {key!r} in {parts[0]}")
+                frame = frame[frame[key].astype(str).isin(value.split(","))]
+        elif part == "abs":
+            absolute = True
+        elif column is None and part in frame.columns:
+            column = part
+        else:
+            fmt = part
+    if column is None:
+        raise ValueError(f"report value {spec!r}: name a column of {parts[0]}")
+    values = frame[column]
+    if agg is None and len(values) != 1:
+        raise ValueError(f"report value {spec!r}: {len(values)} rows match; filter to one or give agg=")
+    value = values.abs() if absolute else values
+    number = getattr(value, AGGREGATES[agg])() if agg else value.iloc[0]
+    if isinstance(number, float) and number.is_integer() and fmt.endswith("d"):
+        number = int(number)
+    return format(number, fmt)
+
+
+def render(text: str, artifacts: Path | None = None) -> str:
+    artifacts = artifacts or config.artifacts_dir()
+    _CSV_CACHE.clear()  # a run may have rewritten the sources since the last call
+    text = BLOCK.sub(lambda m: m.group(1) + render_block(m.group("spec"), artifacts) + m.group(4), text)
+    return VALUE.sub(lambda m: m.group(1) + render_value(m.group("spec"), artifacts) + m.group(4), text)
+
+
+REPORT = config.REPO_ROOT / "paper" / "REPORT.md"
+GENERATED_DOCUMENTS: tuple[Path, ...] = (REPORT, config.REPO_ROOT / "README.md")
+"""Files with generated blocks: the report and the README's time table."""
+
+
+def update_report(report: Path | None = None, artifacts: Path | None = None, out: Path | None = None) -> Path:
+    """Regenerate the tables of ``report`` from the recorded artifacts. The committed file is
+    rewritten only in a reproduce run (:func:`config.recording`); otherwise the refreshed copy
+    goes to ``artifacts/scratch/<file name>``, for comparison."""
+    report = report or REPORT
+    if out is None:
+        out = report if config.recording() else config.artifacts_dir() / config.SCRATCH / report.name
+    write_text(out, render(report.read_text(encoding="utf-8"), artifacts))
+    return out
+
+
+def update_documents(artifacts: Path | None = None) -> list[Path]:
+    """``memsafe report``: every file of :data:`GENERATED_DOCUMENTS`."""
+    return [update_report(doc, artifacts) for doc in GENERATED_DOCUMENTS]

@@ -1,0 +1,352 @@
+"""From base queries to memory variants: the leaky deletion construction, the paper's
+size-matched construction (family A), MuSiQue-Full's native pairs (family B) and the
+single-paragraph SQuAD 2.0 setting.
+
+Every choice that looks random (split, which distractors, which evidence titles
+survive in relation-lost) is a salted SHA-256 of the base question id, so the same
+data always gives the same variants without stored randomness, and every family
+shares one split function.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from memsafe_lib.data.loader import hash_rank
+from memsafe_lib.data.records import BaseQuery, Exclusion, LoadResult, LoadSummary, Unit
+
+COMPLETE, MISSING, RELATION_LOST, STALE = "complete", "missing", "relation_lost", "stale"
+STATES: tuple[str, ...] = (COMPLETE, MISSING, RELATION_LOST)
+"""QA integrity states; ``stale`` occurs only in the clinical data."""
+
+CONSTRUCTIONS: tuple[str, ...] = ("size-matched", "deletion", "family-b", "native")
+
+SPLIT_SALT = "memsafe-split-v1"
+SPLIT_RATIOS: tuple[float, float, float] = (0.8, 0.1, 0.1)
+"""train / validation / test fractions of base questions (the paper does not state its ratios)."""
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
+
+DISTRACTOR_SALT = "memsafe-distractor-order-v1"
+FOLD_SALT = "memsafe-train-fold-v1"
+"""Two hash folds of the training questions (Stage A fine-tuning, LexSet cross-fitting)."""
+RELATION_SALT = "memsafe-relation-lost-v1"
+
+# Exclusion reasons (fixed strings so the ledger groups them).
+UNANSWERABLE = "unanswerable source record (reserved for family B)"
+TOO_FEW_DISTRACTORS = "too few distractors (|D| < |S|)"
+NO_DISTRACTORS = "no distractors (the missing memory would be empty)"
+RELATION_LOST_IMPOSSIBLE = "relation-lost impossible: every evidence unit has the same title"
+NO_TWIN_ANSWERABLE = "unanswerable record without an answerable twin"
+NO_TWIN_UNANSWERABLE = "answerable record without an unanswerable twin"
+CONTEXT_LENGTH_DIFFERS = "answerable and unanswerable contexts differ in length"
+KEEPS_ALL_SUPPORT = "unanswerable context keeps every supporting paragraph"
+NOT_FAMILY_A = "dataset has no family-A construction (single-paragraph contexts)"
+
+
+def assign_split(base_id: str, ratios: Sequence[float] = SPLIT_RATIOS, salt: str = SPLIT_SALT) -> str:
+    """Split of a base question: a salted hash of its id, shared by every family."""
+    u = hash_rank(base_id, salt) / 2**64
+    cumulative = 0.0
+    for name, ratio in zip(SPLITS, ratios, strict=True):
+        cumulative += ratio
+        if u < cumulative:
+            return name
+    return SPLITS[-1]
+
+
+def train_fold(base_id: str) -> int:
+    """Fold 0 or 1 of a training question; encoders and cross-fitted models use the same folds."""
+    return hash_rank(base_id, FOLD_SALT) % 2
+
+
+@dataclass(frozen=True)
+class MemoryUnit:
+    unit_id: str
+    title: str
+    text: str
+    is_evidence: bool
+    position: int
+    """Index in the constructed memory."""
+    source_position: int
+    """Index in the original context."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One constructed memory with its integrity label."""
+
+    variant_id: str
+    base_id: str
+    dataset: str
+    construction: str
+    state: str
+    split: str
+    missing_count: int
+    """g = |E(q) \\ M|, the number of required evidence units absent from the memory."""
+    question: str
+    answers: tuple[str, ...]
+    units: tuple[MemoryUnit, ...]
+    n_evidence: int
+    """|S|, the number of evidence units of the base query."""
+    source_units: int
+    """Number of units in the original context (|H| in the compression ratio |M|/|H|)."""
+
+    @property
+    def unsafe(self) -> bool:
+        return self.state != COMPLETE
+
+    def to_dict(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["answers"] = list(self.answers)
+        return row
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Variant:
+        units = tuple(MemoryUnit(**u) for u in row["units"])
+        return cls(**{**row, "answers": tuple(row["answers"]), "units": units})
+
+
+@dataclass
+class ConstructionResult:
+    dataset: str
+    construction: str
+    variants: list[Variant]
+    exclusions: list[Exclusion]
+    """Base records not used by this construction (beyond the loader's exclusions)."""
+    absent: list[Exclusion] = field(default_factory=list)
+    """Used base queries that lack one state (e.g. relation-lost), with the reason."""
+
+    def state_counts(self) -> Counter[str]:
+        return Counter(v.state for v in self.variants)
+
+
+def _memory(units: Iterable[Unit]) -> tuple[MemoryUnit, ...]:
+    """Order kept units as they appear in the source context and number them."""
+    ordered = sorted(units, key=lambda u: u.source_position)
+    return tuple(
+        MemoryUnit(u.unit_id, u.title, u.text, u.is_evidence, i, u.source_position) for i, u in enumerate(ordered)
+    )
+
+
+def _variant(q: BaseQuery, construction: str, state: str, units: Iterable[Unit], n_evidence: int) -> Variant:
+    memory = _memory(units)
+    kept = sum(u.is_evidence for u in memory)
+    return Variant(
+        variant_id=f"{construction}:{q.dataset}:{q.id}:{state}",
+        base_id=q.id,
+        dataset=q.dataset,
+        construction=construction,
+        state=state,
+        split=assign_split(q.id),
+        missing_count=n_evidence - kept,
+        question=q.question,
+        answers=q.answers,
+        units=memory,
+        n_evidence=n_evidence,
+        source_units=len(q.units),
+    )
+
+
+def distractor_order(q: BaseQuery) -> list[Unit]:
+    """Distractors in the fixed salted-hash order in which size matching adds them."""
+    return sorted(q.distractors, key=lambda u: (hash_rank(f"{q.id}\x1f{u.unit_id}", DISTRACTOR_SALT), u.unit_id))
+
+
+def relation_lost_evidence(q: BaseQuery) -> list[Unit] | None:
+    """Evidence kept by the relation-lost state: a hash-chosen proper non-empty subset of
+    the evidence *titles* (all units of a kept title stay). ``None`` when fewer than two
+    distinct titles make such a subset impossible.
+
+    The titles are put in salted-hash order and the first ``m`` are kept, with
+    ``m = 1 + hash mod (T - 1)`` for ``T`` distinct titles, so every size from 1 to T-1 occurs.
+    """
+    titles = list(dict.fromkeys(u.title for u in q.evidence))
+    if len(titles) < 2:
+        return None
+    ordered = sorted(titles, key=lambda t: (hash_rank(f"{q.id}\x1f{t}", RELATION_SALT), t))
+    m = 1 + hash_rank(q.id, RELATION_SALT + "/m") % (len(titles) - 1)
+    keep = set(ordered[:m])
+    return [u for u in q.evidence if u.title in keep]
+
+
+def _exclude(q: BaseQuery, reason: str, construction: str, detail: str = "") -> Exclusion:
+    return Exclusion(q.dataset, q.id, reason, q.provenance.file, q.provenance.record_index, construction, detail)
+
+
+def _family_a_states(q: BaseQuery) -> list[tuple[str, list[Unit]]]:
+    """The evidence each state keeps: complete = S, missing = none, relation-lost = a subset."""
+    states: list[tuple[str, list[Unit]]] = [(COMPLETE, list(q.evidence)), (MISSING, [])]
+    subset = relation_lost_evidence(q)
+    if subset is not None:
+        states.append((RELATION_LOST, subset))
+    return states
+
+
+def build_size_matched(queries: Iterable[BaseQuery]) -> ConstructionResult:
+    """Family A: every state has exactly |D| units; a state keeping k evidence units adds
+    the first |D| - k distractors in salted-hash order."""
+    return _build_family_a(queries, "size-matched")
+
+
+def build_deletion(queries: Iterable[BaseQuery]) -> ConstructionResult:
+    """The leaky construction: complete = S ∪ D, missing = D, relation-lost = D ∪ subset(S)."""
+    return _build_family_a(queries, "deletion")
+
+
+def _build_family_a(queries: Iterable[BaseQuery], construction: str) -> ConstructionResult:
+    queries = list(queries)
+    dataset = queries[0].dataset if queries else ""
+    variants: list[Variant] = []
+    exclusions: list[Exclusion] = []
+    absent: list[Exclusion] = []
+    for q in queries:
+        if not q.answerable:
+            exclusions.append(_exclude(q, UNANSWERABLE, construction))
+            continue
+        n_s, n_d = len(q.evidence), len(q.distractors)
+        if construction == "size-matched" and n_d < n_s:
+            exclusions.append(_exclude(q, TOO_FEW_DISTRACTORS, construction, f"|D|={n_d}, |S|={n_s}"))
+            continue
+        if construction == "deletion" and n_d == 0:
+            exclusions.append(_exclude(q, NO_DISTRACTORS, construction, f"|S|={n_s}"))
+            continue
+        states = _family_a_states(q)
+        if len(states) < 3:
+            titles = sorted({u.title for u in q.evidence})
+            absent.append(_exclude(q, RELATION_LOST_IMPOSSIBLE, construction, f"titles={titles}"))
+        order = distractor_order(q)
+        for state, kept in states:
+            distractors = order[: n_d - len(kept)] if construction == "size-matched" else order
+            variants.append(_variant(q, construction, state, [*kept, *distractors], n_s))
+    return ConstructionResult(dataset, construction, variants, exclusions, absent)
+
+
+def build_family_b(queries: Iterable[BaseQuery]) -> ConstructionResult:
+    """Family B: MuSiQue-Full answerable/unanswerable twins sharing an id.
+
+    The answerable context is the complete memory; the unanswerable context, which drops
+    the paragraph of one reasoning step, is missing (no supporting paragraph left) or
+    relation-lost (some left). A unit counts as evidence when its title and text match a
+    supporting paragraph of the answerable twin. Pairs are excluded when the contexts
+    differ in length or when the unanswerable context keeps every supporting paragraph.
+    """
+    queries = list(queries)
+    dataset = queries[0].dataset if queries else ""
+    by_id: dict[str, dict[bool, BaseQuery]] = {}
+    for q in queries:
+        by_id.setdefault(q.id, {})[q.answerable] = q
+    variants: list[Variant] = []
+    exclusions: list[Exclusion] = []
+    for twins in by_id.values():
+        answerable, unanswerable = twins.get(True), twins.get(False)
+        if answerable is None or unanswerable is None:
+            lone = answerable or unanswerable
+            assert lone is not None
+            exclusions.append(_exclude(lone, NO_TWIN_UNANSWERABLE if answerable else NO_TWIN_ANSWERABLE, "family-b"))
+            continue
+        if len(answerable.units) != len(unanswerable.units):
+            detail = f"{len(answerable.units)} vs {len(unanswerable.units)} paragraphs"
+            for q in (answerable, unanswerable):
+                exclusions.append(_exclude(q, CONTEXT_LENGTH_DIFFERS, "family-b", detail))
+            continue
+        support = {(u.title, u.text) for u in answerable.evidence}
+        units = [
+            Unit(u.unit_id, u.title, u.text, (u.title, u.text) in support, u.source_position)
+            for u in unanswerable.units
+        ]
+        kept = {(u.title, u.text) for u in units if u.is_evidence}
+        if kept == support:
+            for q in (answerable, unanswerable):
+                exclusions.append(_exclude(q, KEEPS_ALL_SUPPORT, "family-b"))
+            continue
+        n_s = len(answerable.evidence)
+        variants.append(_variant(answerable, "family-b", COMPLETE, answerable.units, n_s))
+        state = RELATION_LOST if kept else MISSING
+        variants.append(_variant(unanswerable, "family-b", state, units, n_s))
+    return ConstructionResult(dataset, "family-b", variants, exclusions)
+
+
+def build_native(queries: Iterable[BaseQuery]) -> ConstructionResult:
+    """SQuAD 2.0 as released: one memory (the question's paragraph) per question;
+    answerable = complete, unanswerable = missing (g = 1: the answer-bearing passage)."""
+    queries = list(queries)
+    dataset = queries[0].dataset if queries else ""
+    variants = []
+    for q in queries:
+        state = COMPLETE if q.answerable else MISSING
+        v = _variant(q, "native", state, q.units, 1)
+        variants.append(replace(v, missing_count=0 if q.answerable else 1))
+    return ConstructionResult(dataset, "native", variants, [])
+
+
+BUILDERS = {
+    "size-matched": build_size_matched,
+    "deletion": build_deletion,
+    "family-b": build_family_b,
+    "native": build_native,
+}
+
+
+def construct(loaded: LoadResult, construction: str) -> ConstructionResult:
+    """Build ``construction`` from a loaded dataset; the loader's exclusions are carried along."""
+    if construction not in BUILDERS:
+        raise ValueError(f"unknown construction {construction!r}; choose one of {list(BUILDERS)}")
+    if construction == "native" and loaded.dataset != "squad2":
+        raise ValueError("the native construction is defined for squad2 only")
+    if construction == "family-b" and loaded.dataset != "musique":
+        raise ValueError("family B is defined for MuSiQue-Full only")
+    if loaded.dataset == "squad2" and construction != "native":
+        result = ConstructionResult(
+            "squad2", construction, [], [_exclude(q, NOT_FAMILY_A, construction) for q in loaded.queries]
+        )
+    else:
+        result = BUILDERS[construction](loaded.queries)
+    result.dataset = loaded.dataset
+    result.exclusions = list(loaded.exclusions) + result.exclusions
+    return result
+
+
+def accounting(loaded: LoadResult | LoadSummary, result: ConstructionResult) -> dict[str, Any]:
+    """Raw = used + excluded, with exclusions by reason (the data table's columns)."""
+    # Counts are of raw records, not ids: MuSiQue-Full twins are two records.
+    excluded = Counter(e.reason for e in result.exclusions)
+    n_excluded = sum(excluded.values())
+    used = loaded.raw_records - n_excluded
+    return {
+        "dataset": loaded.dataset,
+        "construction": result.construction,
+        "raw_records": loaded.raw_records,
+        "used_records": used,
+        "base_questions": len({v.base_id for v in result.variants}),
+        "excluded": n_excluded,
+        "excluded_by_reason": dict(sorted(excluded.items())),
+        "variants": len(result.variants),
+        "variants_by_state": {s: result.state_counts().get(s, 0) for s in STATES},
+        "variants_by_split": dict(Counter(v.split for v in result.variants)),
+        "absent_states": dict(Counter(e.reason for e in result.absent)),
+    }
+
+
+def default_construction(dataset: str) -> str:
+    """SQuAD 2.0 is used as released; every other QA dataset is size-matched."""
+    return "native" if dataset == "squad2" else "size-matched"
+
+
+def by_split(variants: Iterable[Variant]) -> dict[str, list[Variant]]:
+    """Variants grouped by their split, in input order."""
+    out: dict[str, list[Variant]] = defaultdict(list)
+    for v in variants:
+        out[v.split].append(v)
+    return dict(out)
+
+
+def multiplicities(variants: Iterable[Variant]) -> tuple[list[str], list[int], list[int]]:
+    """Per base query: (ids, number of unsafe variants, number of complete variants)."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for v in variants:
+        counts[v.base_id][0 if v.unsafe else 1] += 1
+    ids = sorted(counts)
+    return ids, [counts[i][0] for i in ids], [counts[i][1] for i in ids]
