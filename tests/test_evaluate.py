@@ -113,3 +113,45 @@ def test_cli_evaluate_and_summarize_on_real_data(real_data: Path) -> None:
     hypotheses = pd.read_csv(artifact("smoke/evaluate/hypotheses.csv"))
     assert set(hypotheses.status) == {"untested"}  # no MemSafe results yet
     assert read_ledger(SCALES["smoke"])[-1]["metrics"]["gates"]["G3"] == "pass"
+
+
+def test_deterministic_neural_models_are_fitted_once_per_encoder_seed(
+        result: C.ConstructionResult, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relevance aggregation is deterministic given its encodings, but the encodings change with
+    the encoder seed: with encoders 17 and 29, seeds 43/71/101 reuse one of them by the paper's
+    rule, and no fit may be shared across the two encoders."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from memsafe_lib.config import encoder_seed_for
+    from memsafe_lib.estimators import registry
+    from memsafe_lib.estimators.context import NeuralContext
+    from memsafe_lib.estimators.controls import Predictions
+
+    fits: list[int] = []
+
+    class ReadsEncodings:
+        deterministic = True
+
+        def __init__(self, encodings: dict[str, float]) -> None:
+            self.level = encodings["level"]
+
+        def fit(self, train: list[C.Variant], validation: list[C.Variant] | None = None) -> "ReadsEncodings":
+            fits.append(int(self.level))
+            return self
+
+        def predict(self, variants: list[C.Variant]) -> Predictions:
+            n = len(variants)
+            return Predictions(np.full(n, self.level / 100), np.array(["complete"] * n, dtype=object))
+
+    monkeypatch.setitem(registry.NEURAL_MODELS, "reads_encodings",
+                        lambda seed, ctx: ReadsEncodings(ctx.encodings(seed)))
+    scale = replace(SCALES["smoke"], neural=replace(SCALES["smoke"].neural, encoder_seeds=(17, 29)))
+    stage_a = {s: SimpleNamespace(encodings={"level": float(s)}) for s in (17, 29)}
+    context = NeuralContext(result.dataset, scale, stage_a)  # type: ignore[arg-type]
+    seeds = [17, 29, 43, 71, 101]
+    metrics, preds, _ = E.evaluate(result, ["reads_encodings"], seeds, progress=False, context=context)
+    assert sorted(fits) == [17, 29]  # one fit per encoder, not one for all seeds
+    by_seed = preds[preds.split == "test"].groupby("seed").unsafe_prob.first()
+    for seed in seeds:
+        assert by_seed[seed] == encoder_seed_for(seed, (17, 29)) / 100

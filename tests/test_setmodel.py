@@ -184,3 +184,17 @@ def test_relevance_aggregation_ranks_planted_evidence() -> None:
     train, test = variants[:240], variants[240:]
     model = RelevanceAggregation(enc).fit(train, test[:60])
     assert roc_auc_score([v.unsafe for v in test], model.predict(test).unsafe_prob) > 0.9
+
+
+def test_set_model_trains_and_predicts_on_the_device_given() -> None:
+    """Every tensor follows the device (cpu here, cuda where there is one): the model's
+    parameters and each batch; on cpu the result equals the default call's."""
+    units, prov, y = _task(120, 0)
+    config = SetModelConfig(width=16, heads=2, epochs=2)
+    default, _ = train_set_model(units, prov, y, config, seed=3)
+    model, _ = train_set_model(units, prov, y, config, seed=3, device="cpu")
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    np.testing.assert_array_equal(predict_sets(model, units, prov).unsafe_prob,
+                                  predict_sets(default, units, prov).unsafe_prob)
+    batch = collate(units[:4], prov[:4], {k: [y[k][j] for j in range(4)] for k in y}).to("cpu")
+    assert all(t is None or t.device.type == "cpu" for t in vars(batch).values())

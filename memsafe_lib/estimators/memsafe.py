@@ -110,6 +110,8 @@ class MemSafe:
     silently replace a selected configuration with the paper's)."""
     bridge: bool = True
     name: str = "memsafe"
+    device: str = "cpu"
+    """Where the set model trains and predicts (``--device``)."""
     deterministic: bool = False
     config: dict[str, Any] = field(default_factory=dict)
     selection_scores: list[dict[str, Any]] = field(default_factory=list)
@@ -128,7 +130,7 @@ class MemSafe:
             val = (vu, vp, np.array([v.unsafe for v in validation]), [v.state for v in validation])
 
         def fit_one(point: dict[str, Any]) -> tuple[SetModel, TrainLog]:
-            return train_set_model(units, prov, y, replace(self.base, **point), self.seed, val)
+            return train_set_model(units, prov, y, replace(self.base, **point), self.seed, val, device=self.device)
 
         chosen = select(list(self.grid), fit_one, lambda m, vs: self._predict_with(m[0], vs), validation)
         (self.model, self.log), point = chosen.model, chosen.config

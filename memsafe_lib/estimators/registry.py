@@ -26,13 +26,13 @@ MODELS: dict[str, Callable[[int], Estimator]] = {
 }
 
 NEURAL_MODELS: dict[str, Callable[[int, NeuralContext], Estimator]] = {
-    "memsafe": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config()),
+    "memsafe": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(), device=ctx.device),
     "mean_pool": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(attention=False),
-                                           name="mean_pool"),
+                                           name="mean_pool", device=ctx.device),
     "relevance_agg": lambda seed, ctx: RelevanceAggregation(ctx.encodings(seed)),
     "concat_ce": lambda seed, ctx: ConcatCrossEncoder(
         seed, ConcatConfig(max_length=ctx.budget.concat_max_length, max_train=ctx.budget.concat_max_train),
-        device=ctx.device, cache_dir=ctx.cache_dir / "concat"),
+        encoder_model=ctx.budget.encoder, device=ctx.device, cache_dir=ctx.cache_dir / "concat"),
 }
 """Models that need the neural context: the first three read the same Stage A encodings at a
 given seed; the concatenated cross-encoder tunes its own encoder (cached by content)."""

@@ -63,6 +63,11 @@ class SetBatch:
     evidence: torch.Tensor | None = None  # (b, n)
     missing: torch.Tensor | None = None  # (b,)
 
+    def to(self, device: torch.device | str) -> SetBatch:
+        """The same batch on ``device`` (the model's)."""
+        moved = {k: None if v is None else v.to(device) for k, v in vars(self).items()}
+        return SetBatch(**moved)
+
 
 def collate(units: Sequence[np.ndarray], provenance: np.ndarray, targets: dict[str, Any] | None = None) -> SetBatch:
     n = max(len(u) for u in units)
@@ -164,6 +169,7 @@ class SetOutputs:
 def predict_sets(model: SetModel, units: Sequence[np.ndarray], provenance: np.ndarray,
                  batch_size: int = 256) -> SetOutputs:
     model.eval()
+    device = next(model.parameters()).device
     order = np.argsort([len(u) for u in units], kind="stable")  # similar sizes share a batch
     unsafe = np.zeros(len(units), np.float32)
     states = np.zeros((len(units), len(STATES)), np.float32)
@@ -171,8 +177,8 @@ def predict_sets(model: SetModel, units: Sequence[np.ndarray], provenance: np.nd
     unit_prob: list[np.ndarray] = [np.empty(0)] * len(units)
     for i in range(0, len(order), batch_size):
         idx = order[i:i + batch_size]
-        batch = collate([units[j] for j in idx], provenance[idx])
-        out = model(batch)
+        batch = collate([units[j] for j in idx], provenance[idx]).to(device)
+        out = {k: v.cpu() for k, v in model(batch).items()}
         unsafe[idx] = torch.sigmoid(out["unsafe"]).numpy()
         states[idx] = torch.softmax(out["state"], -1).numpy()
         count[idx] = out["count"].clamp(min=0).numpy()
@@ -191,14 +197,15 @@ class TrainLog:
 def train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, targets: dict[str, Any],
                     config: SetModelConfig, seed: int,
                     validation: tuple[Sequence[np.ndarray], np.ndarray, np.ndarray, list[str]] | None = None,
-                    ) -> tuple[SetModel, TrainLog]:
+                    device: str = "cpu") -> tuple[SetModel, TrainLog]:
     """Train with AdamW; keep the epoch with the best validation AUROC (macro-F1 tie-break).
 
     ``validation`` = (units, provenance, unsafe labels, state labels). Deterministic for a
-    seed on CPU: one generator drives initialisation, dropout and the batch order.
+    seed on CPU: one generator drives initialisation, dropout and the batch order. ``device``:
+    where the model trains (initialised on CPU first, so a seed gives the same start anywhere).
     """
     torch.manual_seed(seed)
-    model = SetModel(units[0].shape[1], provenance.shape[1], config)
+    model = SetModel(units[0].shape[1], provenance.shape[1], config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     rng = np.random.default_rng(seed)
     n = len(units)
@@ -212,7 +219,7 @@ def train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, targets
         for i in range(0, n, config.batch_size):
             idx = order[i:i + config.batch_size]
             batch = collate([units[j] for j in idx], provenance[idx],
-                            {k: [targets[k][j] for j in idx] for k in targets})
+                            {k: [targets[k][j] for j in idx] for k in targets}).to(device)
             loss = loss_fn(model(batch), batch, config.localization_heads)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

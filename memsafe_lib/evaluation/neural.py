@@ -67,7 +67,7 @@ def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = Tru
     seed = budget.encoder_seeds[0]
     encodings = stage_a_for(result, scale, seed, device, progress).encodings
     splits = by_split(result.variants)
-    model = MemSafe(encodings, seed=seed, base=SetModelConfig(epochs=budget.stage_b_epochs), grid=GRID)
+    model = MemSafe(encodings, seed=seed, base=SetModelConfig(epochs=budget.stage_b_epochs), grid=GRID, device=device)
     with step(f"Stage B grid: {len(GRID)} points on {GRID_DATASET} validation"):
         model.fit(splits["train"], splits["validation"])
     scores = pd.DataFrame(model.selection_scores)

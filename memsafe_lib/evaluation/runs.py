@@ -3,7 +3,8 @@
 Each (model, seed) result is cached on disk under a key made of the code, data and
 settings fingerprints, so an interrupted ``memsafe evaluate`` resumes where it stopped
 and a changed input never reuses a stale result. Deterministic models are fitted once and
-their result is reported under every seed (labelled ``deterministic``).
+their result is reported under every seed (labelled ``deterministic``); those that read Stage A
+encodings are fitted once per encoder seed (:func:`shared_fit`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from memsafe_lib import config
-from memsafe_lib.config import ScaleConfig
+from memsafe_lib.config import ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
@@ -79,6 +80,15 @@ def split_metrics(variants: Sequence[Variant], preds: Predictions) -> dict[str, 
     return row
 
 
+def shared_fit(model: str, seed: int, context: NeuralContext | None) -> int | None:
+    """Which seeds a deterministic model's one fit serves: every seed (None), except for models
+    that read Stage A encodings (relevance aggregation), whose inputs change with the encoder
+    seed; they are fitted once per encoder seed."""
+    if context is not None and is_neural(model):
+        return encoder_seed_for(seed, context.budget.encoder_seeds)
+    return None
+
+
 def _cache_key(dataset: str, construction: str, model: str, seed: int, result: ConstructionResult) -> str:
     variants = sha256_bytes("\n".join(v.variant_id + v.split for v in result.variants).encode())
     return sha256_bytes(f"{code_fingerprint()}|{dataset}|{construction}|{model}|{seed}|{variants}".encode())[:20]
@@ -123,13 +133,13 @@ def evaluate(
         raise ValueError(f"{result.dataset}/{result.construction}: no training variants")
     rows, pred_rows, taxonomy = [], [], {}
     jobs = [(m, s) for m in models for s in seeds_for(m, seeds)]
-    fitted: dict[str, FitResult] = {}
+    fitted: dict[tuple[str, int | None], FitResult] = {}
     for model, seed in tqdm(jobs, desc=f"evaluate {result.dataset}", disable=not progress):
-        done = fitted.get(model)
+        done = fitted.get((model, shared_fit(model, seed, context)))
         if done is None or not done.deterministic:
             key = _cache_key(result.dataset, result.construction, model, seed, result)
             done = fit_and_predict(model, seed, splits, cache_dir, key, context)
-            fitted[model] = done
+            fitted[(model, shared_fit(model, seed, context))] = done
         base = {"dataset": result.dataset, "construction": result.construction, "model": model, "seed": seed,
                 "deterministic": done.deterministic, "fitted_seed": done.seed, "config": json.dumps(done.config),
                 "fit_seconds": done.fit_seconds}

@@ -1,0 +1,124 @@
+"""Stage A's start: a real cross-encoder keeps its trained head (its logits are the relevance
+score and pick u_top), a bare encoder gets a new head and bi-encoder cosine instead, and a
+model that cannot be loaded offline says what to download. Offline, with tiny random BERTs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
+
+from memsafe_lib.config import PACKAGED_ENCODER, SCALES
+from memsafe_lib.encodings import encoders as E
+from memsafe_lib.encodings.stagea import StageAConfig, run_stage_a, with_ranker_logits
+from memsafe_lib.variants import construction as C
+from tests.synthetic import make_query
+
+
+def _tiny(tmp: Path, head: bool) -> Path:
+    """A 2-layer BERT saved with the packaged MiniLM tokenizer; ``head``: a trained-looking
+    one-logit classifier (random weights, but *saved*, so loading must keep them)."""
+    tokenizer = AutoTokenizer.from_pretrained(E.resolve_model(PACKAGED_ENCODER))
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, num_labels=1)
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config) if head else BertModel(config)
+    if head:
+        with torch.no_grad():  # a head that is certainly not a fresh N(0, 0.02) initialisation
+            model.classifier.weight.uniform_(-1.0, 1.0)
+            model.classifier.bias.fill_(0.5)
+    path = tmp / ("cross" if head else "bare")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cross_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny(tmp_path_factory.mktemp("enc"), head=True)
+
+
+@pytest.fixture(scope="module")
+def bare_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny(tmp_path_factory.mktemp("enc"), head=False)
+
+
+PAIRS = [E.Pair("Who built the bridge?", "The bridge was built by Anna."), E.Pair("Who built it?", "Cats sleep."),
+         E.Pair("Where is Alpha?", "Alpha is a place.", bridge="Alpha: a town")]
+
+
+def _reference_logits(path: Path, pairs: list[E.Pair]) -> np.ndarray:
+    tok = AutoTokenizer.from_pretrained(path)
+    model = BertForSequenceClassification.from_pretrained(path).eval()
+    batch = tok([p.first() for p in pairs], [p.unit for p in pairs], truncation="longest_first", max_length=64,
+                padding=True, return_tensors="pt")
+    with torch.no_grad():
+        return model(**batch).logits[:, 0].numpy()
+
+
+def test_a_cross_encoder_keeps_its_trained_head(cross_path: Path) -> None:
+    model = E.CrossEncoder(E.EncoderConfig(model=str(cross_path), max_length=64, bf16=False, pooling="cls"))
+    assert model.pretrained_head and model.head is None
+    _, logits = E.encode_pairs(model, PAIRS, progress=False)
+    np.testing.assert_allclose(logits, _reference_logits(cross_path, PAIRS), rtol=1e-4, atol=1e-5)
+    other_seed = E.CrossEncoder(E.EncoderConfig(model=str(cross_path), max_length=64, bf16=False), seed=99)
+    np.testing.assert_allclose(E.encode_pairs(other_seed, PAIRS, progress=False)[1], logits, rtol=1e-4, atol=1e-5)
+
+
+def test_u_top_follows_the_pretrained_head(cross_path: Path) -> None:
+    ranker = E.make_ranker(E.EncoderConfig(model=str(cross_path), max_length=64))
+    assert isinstance(ranker, E.CrossEncoderRanker)
+    units = ["Alpha is a place.", "The bridge was built by Anna.", "Cats sleep.", "Anna was an engineer."]
+    queries = ["Who built the bridge?", "Where is Alpha?"]
+    expected = [int(np.argmax(_reference_logits(cross_path, [E.Pair(q, u) for u in units]))) for q in queries]
+    assert ranker.top_units(queries, [units, units]) == expected
+    assert "cross-encoder" in ranker.description
+
+
+def test_a_bare_encoder_gets_a_new_head_and_cosine_instead(bare_path: Path) -> None:
+    config = E.EncoderConfig(model=str(bare_path), max_length=64, bf16=False)
+    model = E.CrossEncoder(config)
+    assert not model.pretrained_head and model.head is not None
+    ranker = E.make_ranker(config)
+    assert isinstance(ranker, E.BiEncoder) and "no trained relevance head" in ranker.description
+    emb = ranker.embed([p.first() for p in PAIRS] + [p.unit for p in PAIRS])
+    n = len(PAIRS)
+    np.testing.assert_allclose(ranker.relevance(PAIRS), np.einsum("ij,ij->i", emb[:n], emb[n:]), rtol=1e-5)
+
+
+def test_the_frozen_rung_of_a_bare_start_reads_cosine_not_its_random_head(bare_path: Path, tmp_path: Path) -> None:
+    variants = C.build_size_matched([make_query(f"f{i}", 2, 3) for i in range(6)]).variants
+    config = replace(StageAConfig(E.EncoderConfig(model=str(bare_path), max_length=48, bf16=False, batch_size=8)),
+                     frozen=True)
+    result = run_stage_a(variants, config, seed=17, cache_dir=tmp_path, progress=False)
+    assert result.summary()["relevance_logit"] == result.bi.description
+    plain, bridge, _ = E.variant_pairs(variants, result.bi)
+    cosine = result.bi.relevance(plain + bridge)
+    got = np.concatenate([result.encodings[v.variant_id].plain_logit for v in variants])
+    np.testing.assert_allclose(got, cosine[:len(plain)], rtol=1e-5)
+    again = with_ranker_logits(list(result.encodings.values()), variants, result.bi)
+    assert all(np.array_equal(a.bridge_logit, result.encodings[a.variant_id].bridge_logit) for a in again)
+
+
+def test_the_paper_scale_starts_from_the_ms_marco_cross_encoder() -> None:
+    assert SCALES["paper"].neural.encoder == "cross-encoder/ms-marco-MiniLM-L-6-v2"
+    assert SCALES["cpu"].neural.encoder == SCALES["smoke"].neural.encoder == PACKAGED_ENCODER
+    assert SCALES["cpu"].with_encoder("some/dir").neural.encoder == "some/dir"
+    assert SCALES["cpu"].with_encoder(None) is SCALES["cpu"]
+
+
+def test_budget_pooling_follows_the_checkpoint(cross_path: Path, bare_path: Path) -> None:
+    cpu = SCALES["cpu"]
+    assert StageAConfig.for_budget(cpu.with_encoder(str(cross_path)).neural).encoder.pooling == "cls"
+    assert StageAConfig.for_budget(cpu.with_encoder(str(bare_path)).neural).encoder.pooling == "mean"
+    assert StageAConfig.for_budget(cpu.neural).encoder == E.EncoderConfig(max_length=128)  # cpu caches stay valid
+
+
+def test_an_encoder_that_cannot_load_offline_says_what_to_download(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(E.EncoderUnavailableError, match="huggingface-cli download no-such-org/no-such-model"):
+        E.load_hf_config("no-such-org/no-such-model")
