@@ -42,12 +42,13 @@ DEFAULT_SEED = PAPER_SEEDS[0]
 # Artifact folders under artifacts/<scale>/ (or artifacts/scratch/<scale>/): each named once.
 NB01_AUDIT = "01_construction_audit"
 NB02_TRAINING = "02_training"
+NB03_ABLATIONS = "03_ablations"
 EVALUATE = "evaluate"
 GATES = "gates"
 BENCH = "bench"
 VARIANTS = "variants"
 SCRATCH = "scratch"
-FOLDERS: tuple[str, ...] = (NB01_AUDIT, NB02_TRAINING, EVALUATE, GATES, BENCH, VARIANTS)
+FOLDERS: tuple[str, ...] = (NB01_AUDIT, NB02_TRAINING, NB03_ABLATIONS, EVALUATE, GATES, BENCH, VARIANTS)
 LEDGER_FILE = "ledger.jsonl"
 RUN_TIMES_FILE = "run_times.csv"
 

@@ -30,6 +30,9 @@ class NeuralContext:
     stage_b: dict[str, Any] = field(default_factory=dict)
     """The selected grid point (width, dropout, lr)."""
     device: str = "cpu"
+    frozen: dict[int, StageAResult] = field(default_factory=dict)
+    """Per encoder seed, Stage A without fine-tuning (the ablations' frozen encoder); built only
+    when a model needs it."""
 
     @property
     def budget(self) -> NeuralBudget:
@@ -39,8 +42,15 @@ class NeuralContext:
     def cache_dir(self) -> Path:
         return model_cache_dir(self.scale, self.dataset)
 
-    def encodings(self, seed: int) -> dict[str, VariantEncoding]:
-        return self.stage_a[encoder_seed_for(seed, self.budget.encoder_seeds)].encodings
+    def encodings(self, seed: int, frozen: bool = False) -> dict[str, VariantEncoding]:
+        """Stage A encodings for a Stage B seed: fine-tuned, or ``frozen`` (pretrained encoder)."""
+        table = self.frozen if frozen else self.stage_a
+        encoder_seed = encoder_seed_for(seed, self.budget.encoder_seeds)
+        if encoder_seed not in table:
+            kind = "frozen" if frozen else "fine-tuned"
+            raise ValueError(f"{self.dataset}: no {kind} Stage A for encoder seed {encoder_seed}; build the "
+                             f"context with {'frozen' if frozen else 'finetuned'}=True")
+        return table[encoder_seed].encodings
 
     def set_config(self, **overrides: Any) -> SetModelConfig:
         return replace(SetModelConfig(epochs=self.budget.stage_b_epochs), **{**self.stage_b, **overrides})

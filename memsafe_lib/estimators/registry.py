@@ -33,9 +33,25 @@ NEURAL_MODELS: dict[str, Callable[[int, NeuralContext], Estimator]] = {
     "concat_ce": lambda seed, ctx: ConcatCrossEncoder(
         seed, ConcatConfig(max_length=ctx.budget.concat_max_length, max_train=ctx.budget.concat_max_train),
         encoder_model=ctx.budget.encoder, device=ctx.device, cache_dir=ctx.cache_dir / "concat"),
+    # Ablations (Table "ablation", figures "attribution" and "interaction"): one part removed each.
+    "memsafe_frozen": lambda seed, ctx: MemSafe(ctx.encodings(seed, frozen=True), seed, ctx.set_config(),
+                                                name="memsafe_frozen", device=ctx.device),
+    "relevance_agg_frozen": lambda seed, ctx: RelevanceAggregation(ctx.encodings(seed, frozen=True),
+                                                                   name="relevance_agg_frozen"),
+    "memsafe_no_bridge": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(), bridge=False,
+                                                   name="memsafe_no_bridge", device=ctx.device),
+    "memsafe_no_lexical": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(use_lexical=False),
+                                                    name="memsafe_no_lexical", device=ctx.device),
+    "memsafe_no_localization": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed,
+                                                         ctx.set_config(localization_heads=False),
+                                                         name="memsafe_no_localization", device=ctx.device),
 }
-"""Models that need the neural context: the first three read the same Stage A encodings at a
-given seed; the concatenated cross-encoder tunes its own encoder (cached by content)."""
+"""Models that need the neural context. All but ``concat_ce`` read the same Stage A encodings
+at a given seed (``*_frozen``: the pretrained encoder's, without fine-tuning); the
+concatenated cross-encoder tunes its own encoder (cached by content)."""
+
+FROZEN_MODELS: frozenset[str] = frozenset(n for n in NEURAL_MODELS if n.endswith("_frozen"))
+"""Models that read the frozen Stage A: a context for them runs Stage A without fine-tuning."""
 
 MODEL_SEEDS: dict[str, tuple[int, ...]] = {"concat_ce": PAPER_SEEDS[:3]}
 """Models the paper runs on fewer seeds: the concatenated cross-encoder uses the first three."""
@@ -49,11 +65,24 @@ def seeds_for(name: str, seeds: Sequence[int]) -> list[int]:
 BASELINES: tuple[str, ...] = ("tfidf", "sc_tfidf", "lexset", "retrieval_sim")
 ALL_BASELINES: tuple[str, ...] = (*BASELINES, *CONTROLS)
 """The non-neural rows of Table "main"."""
-MAIN_NEURAL: tuple[str, ...] = tuple(NEURAL_MODELS)
+MAIN_NEURAL: tuple[str, ...] = ("memsafe", "mean_pool", "relevance_agg", "concat_ce")
+"""The neural rows of Table "main"."""
+ABLATIONS: tuple[str, ...] = ("memsafe", "memsafe_frozen", "memsafe_no_bridge", "mean_pool", "memsafe_no_lexical",
+                              "memsafe_no_localization", "relevance_agg_frozen")
+"""Table "ablation", in the paper's row order: the full model, then one part removed per row;
+the last removes fine-tuning *and* the set model (a frozen encoder's relevance scores under a
+logistic head)."""
+INTERACTION: dict[tuple[str, str], str] = {
+    ("frozen", "relevance aggregation"): "relevance_agg_frozen", ("frozen", "set model"): "memsafe_frozen",
+    ("fine-tuned", "relevance aggregation"): "relevance_agg", ("fine-tuned", "set model"): "memsafe"}
+"""Figure "interaction": encoder (frozen / fine-tuned) x aggregation (without / with the set model)."""
+LADDER: tuple[str, ...] = ("lexset", "relevance_agg_frozen", "relevance_agg", "mean_pool", "memsafe")
+"""Figure "attribution": from lexical features to the full model, one step at a time."""
 
 
 MODEL_GROUPS: dict[str, tuple[str, ...]] = {
-    "baselines": ALL_BASELINES, "neural": MAIN_NEURAL, "all": (*MAIN_NEURAL, *ALL_BASELINES)}
+    "baselines": ALL_BASELINES, "neural": MAIN_NEURAL, "all": (*MAIN_NEURAL, *ALL_BASELINES),
+    "ablation": ABLATIONS, "ladder": LADDER}
 
 
 def model_group(name: str) -> tuple[str, ...]:
@@ -68,6 +97,12 @@ def model_group(name: str) -> tuple[str, ...]:
 
 def is_neural(name: str) -> bool:
     return name in NEURAL_MODELS
+
+
+def stage_a_kinds(models: Sequence[str]) -> tuple[bool, bool]:
+    """(needs the fine-tuned Stage A, needs the frozen one) for a list of models."""
+    neural = [m for m in models if is_neural(m)]
+    return any(m not in FROZEN_MODELS for m in neural), any(m in FROZEN_MODELS for m in neural)
 
 
 def make_model(name: str, seed: int, context: NeuralContext | None = None) -> Estimator:

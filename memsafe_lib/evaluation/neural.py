@@ -81,12 +81,18 @@ def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = Tru
 
 
 def build_context(result: ConstructionResult, scale: ScaleConfig, seeds: Sequence[int], device: str = "cpu",
-                  progress: bool = True) -> NeuralContext:
+                  progress: bool = True, *, finetuned: bool = True, frozen: bool = False) -> NeuralContext:
+    """Stage A for every encoder seed the Stage B ``seeds`` use (fine-tuned, and without
+    fine-tuning when ``frozen``), and the selected Stage B point."""
     needed = sorted({encoder_seed_for(s, scale.neural.encoder_seeds) for s in seeds})
-    stage_a = {s: stage_a_for(result, scale, s, device, progress) for s in needed}
-    return NeuralContext(result.dataset, scale, stage_a, select_stage_b(scale, device, progress), device)
+    stage_a = {s: stage_a_for(result, scale, s, device, progress) for s in needed} if finetuned else {}
+    frozen_a = {s: stage_a_for(result, scale, s, device, progress, frozen=True) for s in needed} if frozen else {}
+    return NeuralContext(result.dataset, scale, stage_a, select_stage_b(scale, device, progress), device, frozen_a)
 
 
 def context_summary(context: NeuralContext) -> dict[str, Any]:
-    return {"budget": asdict(context.budget), "stage_b": context.stage_b,
-            "stage_a": {str(s): r.summary() for s, r in context.stage_a.items()}}
+    summary = {"budget": asdict(context.budget), "stage_b": context.stage_b,
+               "stage_a": {str(s): r.summary() for s, r in context.stage_a.items()}}
+    if context.frozen:
+        summary["stage_a_frozen"] = {str(s): r.summary() for s, r in context.frozen.items()}
+    return summary

@@ -26,7 +26,7 @@ from memsafe_lib.config import ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
-from memsafe_lib.estimators.registry import is_neural, make_model, seeds_for
+from memsafe_lib.estimators.registry import is_neural, make_model, seeds_for, stage_a_kinds
 from memsafe_lib.evaluation.neural import build_context, context_summary
 from memsafe_lib.io import atomic_open, sha256_bytes, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, data_fingerprint, record_run
@@ -171,15 +171,21 @@ def evaluate(
 
 def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], scale: ScaleConfig,
                    construction: str = "size-matched", progress: bool = True,
-                   device: str | None = None) -> dict[str, Path]:
-    """Everything ``memsafe evaluate`` does: build, (run Stage A,) fit, score, write, ledger."""
+                   device: str | None = None, folder: str = config.EVALUATE) -> dict[str, Path]:
+    """Everything ``memsafe evaluate`` does: build, (run Stage A,) fit, score, write, ledger.
+
+    Results go to ``<folder>/<dataset>/<construction>/`` (notebook 03 keeps its ablations
+    apart from Table "main"); fitted models are cached under ``evaluate/`` for every folder,
+    so a model already fitted for another table is only loaded."""
     loaded, result = build(dataset, construction, scale)
-    out = scale.output_dir(config.EVALUATE, dataset, construction)
+    out = scale.output_dir(folder, dataset, construction)
     cache = scale.cache_dir(config.EVALUATE, dataset, construction)
     context = None
     neural_settings: dict[str, Any] = {}
-    if any(is_neural(m) for m in models):
-        context = build_context(result, scale, seeds, device=device or default_device(), progress=progress)
+    finetuned, frozen = stage_a_kinds(models)
+    if finetuned or frozen:
+        context = build_context(result, scale, seeds, device=device or default_device(), progress=progress,
+                                finetuned=finetuned, frozen=frozen)
         summary = context_summary(context)
         neural_settings = {"budget": summary["budget"], "stage_b": summary["stage_b"]}
     metrics, predictions, taxonomy = evaluate(result, models, seeds, cache_dir=cache, progress=progress,
@@ -192,7 +198,8 @@ def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], sc
     if neural_settings:
         files["neural"] = write_json(out / "neural.json", summary)
     means = metrics[metrics["split"] == "test"].groupby("model")[["unsafe_auroc", "macro_f1"]].mean().round(4)
-    record_run(f"evaluate:{dataset}", scale, raw_files=loaded.files,
+    record_run(f"evaluate:{dataset}" if folder == config.EVALUATE else f"evaluate:{folder}:{dataset}", scale,
+               raw_files=loaded.files,
                settings={"dataset": dataset, "construction": construction, "models": list(models),
                          "seeds": list(seeds), "data": data_fingerprint(loaded.files), **neural_settings},
                outputs=files.values(), metrics={"test_mean": means.to_dict(orient="index"),

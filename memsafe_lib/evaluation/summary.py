@@ -12,6 +12,7 @@ import pandas as pd
 
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig, paper_reference
+from memsafe_lib.estimators.registry import ABLATIONS, LADDER
 from memsafe_lib.evaluation.hypotheses import evaluate_hypotheses, smoke_gates
 from memsafe_lib.io import read_csv, write_csv
 from memsafe_lib.ledger import record_run
@@ -38,22 +39,34 @@ NEURAL_COMPARISONS: tuple[tuple[str, str], ...] = (
 """H1 (MemSafe vs mean pooling) and H2 (MemSafe vs LexSet and TF-IDF) read these intervals."""
 COMPARISONS = (*NEURAL_COMPARISONS, *BASELINE_COMPARISONS)
 """Pairs compared with the paired bootstrap wherever both models were evaluated."""
+ABLATION_COMPARISONS: tuple[tuple[str, str], ...] = (
+    *(("memsafe", m) for m in ABLATIONS[1:]),
+    *zip(LADDER[1:], LADDER[:-1], strict=True),
+    ("memsafe_frozen", "relevance_agg_frozen"),
+)
+"""Table "ablation" (full model against each part removed; H4 reads memsafe vs no bridge), each
+step of the attribution ladder, and the marginal gains of figure "interaction"."""
 
 INTERVAL_COLUMNS = ("dataset", "construction", "model_a", "model_b", "metric", "estimate", "lo", "hi",
                     "n_resamples", "n_redrawn", "n_seeds", "excludes_zero")
 
 
-def evaluation_dirs(scale: ScaleConfig) -> list[Path]:
-    root = scale.run_dir / config.EVALUATE
-    return sorted(p.parent for p in root.glob("*/*/metrics.csv"))
+ROW_KEY = ["dataset", "construction", "model", "seed", "split"]
 
 
-def load_metrics(scale: ScaleConfig) -> pd.DataFrame:
-    frames = [pd.read_csv(d / "metrics.csv") for d in evaluation_dirs(scale)]
+def evaluation_dirs(scale: ScaleConfig, sources: Sequence[str] = (config.EVALUATE,)) -> list[Path]:
+    """``<source>/<dataset>/<construction>/`` folders holding a metrics.csv, source by source."""
+    return [p.parent for source in sources for p in sorted((scale.run_dir / source).glob("*/*/metrics.csv"))]
+
+
+def load_metrics(scale: ScaleConfig, sources: Sequence[str] = (config.EVALUATE,)) -> pd.DataFrame:
+    """Every metrics row of the sources; a (dataset, construction, model, seed, split) evaluated
+    in two sources (the same cached fit) is kept once, from the first source."""
+    frames = [pd.read_csv(d / "metrics.csv") for d in evaluation_dirs(scale, sources)]
     if not frames:
-        raise FileNotFoundError(f"no evaluate results under {scale.run_dir / config.EVALUATE}; "
+        raise FileNotFoundError(f"no evaluate results under {scale.run_dir} / {list(sources)}; "
                                 "run `memsafe evaluate --dataset D --scale S` first")
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True).drop_duplicates(ROW_KEY, keep="first", ignore_index=True)
 
 
 def summary_table(metrics: pd.DataFrame, split: str = "test") -> pd.DataFrame:
@@ -122,17 +135,23 @@ def data_invariants_hold(datasets: Sequence[str], scale: ScaleConfig) -> bool:
     return True
 
 
-def summarize(scale: ScaleConfig, n_resamples: int = 1000) -> dict[str, Path]:
-    """Write summary, intervals, Wilcoxon, gates and hypotheses under artifacts/<scale>/evaluate/."""
-    metrics = load_metrics(scale)
-    out = scale.output_dir(config.EVALUATE)
+def summarize(scale: ScaleConfig, n_resamples: int = 1000, *, sources: Sequence[str] = (config.EVALUATE,),
+              folder: str = config.EVALUATE, comparisons: Sequence[tuple[str, str]] = COMPARISONS
+              ) -> dict[str, Path]:
+    """Write summary, intervals, Wilcoxon, gates and hypotheses of the ``sources``' evaluations
+    under ``artifacts/<scale>/<folder>/`` (notebook 02: evaluate/; notebook 03 adds its
+    ablations and writes its own, leaving notebook 02's files as they were)."""
+    metrics = load_metrics(scale, sources)
+    out = scale.output_dir(folder)
     summary = summary_table(metrics)
-    intervals = pd.concat([bootstrap_intervals(d, COMPARISONS, n_resamples) for d in evaluation_dirs(scale)],
-                          ignore_index=True)
+    dirs = evaluation_dirs(scale, sources)
+    intervals = pd.concat([bootstrap_intervals(d, comparisons, n_resamples) for d in dirs], ignore_index=True)
+    intervals = intervals.drop_duplicates(["dataset", "construction", "model_a", "model_b", "metric"],
+                                          keep="first", ignore_index=True)
     per_seed = metrics[(metrics.split == "test") & (metrics.construction == "size-matched")]
     wilcoxon = []
     for dataset, group in per_seed.groupby("dataset"):
-        comps = [(a, b, m) for a, b in COMPARISONS for m in ("unsafe_auroc", "macro_f1")
+        comps = [(a, b, m) for a, b in comparisons for m in ("unsafe_auroc", "macro_f1")
                  if {a, b} <= set(group.model)]
         if comps:
             wilcoxon.append(wilcoxon_holm(group, comps).assign(dataset=dataset))
@@ -147,8 +166,9 @@ def summarize(scale: ScaleConfig, n_resamples: int = 1000) -> dict[str, Path]:
         "gates": write_csv(out / "smoke_gates.csv", gates),
         "hypotheses": write_csv(out / "hypotheses.csv", hypotheses),
     }
-    record_run("summarize", scale, settings={"n_resamples": n_resamples, "comparisons": COMPARISONS},
-               inputs=[f for d in evaluation_dirs(scale) for f in (d / "metrics.csv", d / "predictions.csv.gz")],
+    record_run("summarize" if folder == config.EVALUATE else f"summarize:{folder}", scale,
+               settings={"n_resamples": n_resamples, "comparisons": list(comparisons), "sources": list(sources)},
+               inputs=[f for d in dirs for f in (d / "metrics.csv", d / "predictions.csv.gz")],
                outputs=files.values(), metrics={"gates": gates.set_index("id")["status"].to_dict(),
                                                 "hypotheses": hypotheses.set_index("id")["status"].to_dict()})
     return files
