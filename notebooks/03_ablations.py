@@ -35,6 +35,9 @@ scale = "smoke"
 ablation_datasets = ["musique"]
 bridge_datasets = ["musique", "2wikimultihopqa"]
 ladder_datasets = ["musique", "hotpotqa", "2wikimultihopqa"]
+silver_datasets = ["musique"]
+curve_datasets = ["musique", "hotpotqa"]
+curve_fractions = [0.25, 0.5]
 n_resamples = 1000
 encoder = None
 
@@ -55,6 +58,8 @@ from memsafe_lib.ledger import record_run
 from memsafe_lib.reporting import ablations
 from memsafe_lib.reporting.figures import save_figure
 from memsafe_lib.threads import configure_threads
+from memsafe_lib.variants.store import build
+from memsafe_lib.variants.supervision import silver_quality
 
 configure_threads()  # native pools at MEMSAFE_THREADS (default 1): see memsafe_lib/threads.py
 pd.set_option("display.width", 220, "display.max_columns", 40, "display.precision", 4)
@@ -83,6 +88,21 @@ for d in datasets:
     models[d] = list(dict.fromkeys(wanted))
 files = {d: run_evaluation(d, models[d], seeds, cfg, folder=config.NB03_ABLATIONS) for d in datasets}
 pd.DataFrame([{"dataset": d, "models": ", ".join(m)} for d, m in models.items()])
+
+# %% [markdown]
+# **Silver supervision.** MemSafe trained with per-unit targets from gold-answer string
+# matching (a unit is "evidence" when it contains a gold answer) on the training split only;
+# variants, integrity labels and everything we score against stay gold. **Learning curve.**
+# MemSafe and LexSet trained on nested salted-hash fractions of the training questions (the
+# encoder is fine-tuned on the same fraction); validation and test are the full splits.
+
+# %%
+silver_files = {d: run_evaluation(d, ["memsafe"], seeds, cfg, folder=config.NB03_ABLATIONS, supervision="silver")
+                for d in silver_datasets}
+curve_files = {(d, f): run_evaluation(d, ["memsafe", "lexset"], seeds, cfg, folder=config.NB03_ABLATIONS,
+                                      train_fraction=f)
+               for d in curve_datasets for f in curve_fractions}
+gold = {d: build(d, None, cfg)[1] for d in dict.fromkeys([*silver_datasets, *curve_datasets])}
 
 # %%
 stage_a = []
@@ -162,7 +182,38 @@ save_figure(fig, out / "fig_interaction.png")
 fig
 
 # %% [markdown]
-# ## 6 · Summary (checked by nbval)
+# ## 6 · Silver supervision
+#
+# Precision and recall of the silver targets against the annotated evidence (training units),
+# and the silver-trained MemSafe beside the gold-trained one (per-unit AUPRC is always
+# against gold). The paper reports silver precision 0.653 and recall 0.365 on MuSiQue.
+
+# %%
+quality = {d: silver_quality(gold[d].variants) for d in silver_datasets}
+silver = ablations.silver_table(summary, quality, silver_datasets)
+write_csv(out / "silver.csv", silver)
+silver
+
+# %% [markdown]
+# ## 7 · Learning curve: does MemSafe catch up with LexSet as data grows?
+#
+# `gap_change_per_doubling` is the least-squares slope of (MemSafe − LexSet) against log2 of
+# the training fraction, and `crossing_fraction` where that line reaches zero: an
+# extrapolation from three points, flagged when it lies outside the fractions we ran.
+
+# %%
+train_questions = {d: len({v.base_id for v in gold[d].variants if v.split == "train"}) for d in curve_datasets}
+curve = ablations.learning_curve_table(summary, curve_datasets, curve_fractions, train_questions)
+write_csv(out / "learning_curve.csv", curve)
+crossing = ablations.curve_crossing(curve)
+write_csv(out / "learning_curve_crossing.csv", crossing)
+display(crossing)
+fig = ablations.learning_curve_figure(curve)
+save_figure(fig, out / "fig_learning_curve.png")
+fig
+
+# %% [markdown]
+# ## 8 · Summary (checked by nbval)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -171,7 +222,8 @@ print(hypotheses[hypotheses.id == "H4"][["id", "status"]].to_string(index=False)
 
 # %%
 outputs = [out / f for f in ("stage_a.csv", "ablation.csv", "ladder.csv", "gap_closed.csv", "interaction.csv",
-                             "interaction_gains.csv", "fig_attribution.png", "fig_interaction.png")]
+                             "interaction_gains.csv", "fig_attribution.png", "fig_interaction.png", "silver.csv",
+                             "learning_curve.csv", "learning_curve_crossing.csv", "fig_learning_curve.png")]
 write_json(out / "summary.json", {
     "scale": scale, "seeds": seeds, "budget": asdict(cfg.neural), "datasets": models,
     "ablation_auroc": {d: g.set_index("model").unsafe_auroc.round(4).to_dict() for d, g in ablation.groupby("dataset")},
@@ -180,9 +232,12 @@ write_json(out / "summary.json", {
 record_run("notebook:03_ablations", cfg,
            settings={"ablation_datasets": ablation_datasets, "bridge_datasets": bridge_datasets,
                      "ladder_datasets": ladder_datasets, "seeds": seeds, "budget": asdict(cfg.neural),
-                     "n_resamples": n_resamples},
+                     "silver_datasets": silver_datasets, "curve_datasets": curve_datasets,
+                     "curve_fractions": curve_fractions, "n_resamples": n_resamples},
            outputs=[*outputs, out / "summary.json"],
            metrics={"ablation": {d: g.set_index("model")[["unsafe_auroc", "macro_f1"]].round(4).to_dict(orient="index")
                                  for d, g in ablation.groupby("dataset")},
                     "h4": hypotheses.set_index("id").status.get("H4")},
-           inputs=[*(f for d in datasets for f in files[d].values()), *summary_files.values()])
+           inputs=[*(f for d in datasets for f in files[d].values()),
+                   *(f for fs in [*silver_files.values(), *curve_files.values()] for f in fs.values()),
+                   *summary_files.values()])

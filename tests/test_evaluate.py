@@ -136,7 +136,7 @@ def test_deterministic_neural_models_are_fitted_once_per_encoder_seed(
         def __init__(self, encodings: dict[str, float]) -> None:
             self.level = encodings["level"]
 
-        def fit(self, train: list[C.Variant], validation: list[C.Variant] | None = None) -> "ReadsEncodings":
+        def fit(self, train: list[C.Variant], validation: list[C.Variant] | None = None) -> ReadsEncodings:
             fits.append(int(self.level))
             return self
 

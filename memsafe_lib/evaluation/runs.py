@@ -42,6 +42,7 @@ from memsafe_lib.measures.risk_coverage import selective_report
 from memsafe_lib.progress import log, step
 from memsafe_lib.variants.construction import STATES, ConstructionResult, Variant, by_split
 from memsafe_lib.variants.store import build
+from memsafe_lib.variants.supervision import training_subset, with_silver_training
 
 EVAL_SPLITS: tuple[str, ...] = ("validation", "test")
 RISK_TARGET = 0.05
@@ -90,7 +91,10 @@ def shared_fit(model: str, seed: int, context: NeuralContext | None) -> int | No
 
 
 def _cache_key(dataset: str, construction: str, model: str, seed: int, result: ConstructionResult) -> str:
-    variants = sha256_bytes("\n".join(v.variant_id + v.split for v in result.variants).encode())
+    # ids, splits and every unit's evidence label: silver targets or a training subset never
+    # share a cached fit with the gold, full-data one
+    variants = sha256_bytes("\n".join(v.variant_id + v.split + "".join("1" if u.is_evidence else "0" for u in v.units)
+                                      for v in result.variants).encode())
     return sha256_bytes(f"{code_fingerprint()}|{dataset}|{construction}|{model}|{seed}|{variants}".encode())[:20]
 
 
@@ -171,13 +175,23 @@ def evaluate(
 
 def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], scale: ScaleConfig,
                    construction: str = "size-matched", progress: bool = True,
-                   device: str | None = None, folder: str = config.EVALUATE) -> dict[str, Path]:
+                   device: str | None = None, folder: str = config.EVALUATE, supervision: str = "gold",
+                   train_fraction: float = 1.0) -> dict[str, Path]:
     """Everything ``memsafe evaluate`` does: build, (run Stage A,) fit, score, write, ledger.
 
     Results go to ``<folder>/<dataset>/<construction>/`` (notebook 03 keeps its ablations
     apart from Table "main"); fitted models are cached under ``evaluate/`` for every folder,
-    so a model already fitted for another table is only loaded."""
+    so a model already fitted for another table is only loaded. ``supervision="silver"``
+    trains on answer-matched per-unit targets, ``train_fraction`` on a nested hash subset of
+    the training questions; either changes the construction's name (``size-matched-silver``,
+    ``size-matched-train25``) and so where results and caches go."""
     loaded, result = build(dataset, construction, scale)
+    if supervision not in ("gold", "silver"):
+        raise ValueError(f"supervision must be 'gold' or 'silver', not {supervision!r}")
+    if supervision == "silver":
+        result = with_silver_training(result)
+    result = training_subset(result, train_fraction)
+    construction = result.construction
     out = scale.output_dir(folder, dataset, construction)
     cache = scale.cache_dir(config.EVALUATE, dataset, construction)
     context = None
@@ -200,7 +214,8 @@ def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], sc
     means = metrics[metrics["split"] == "test"].groupby("model")[["unsafe_auroc", "macro_f1"]].mean().round(4)
     record_run(f"evaluate:{dataset}" if folder == config.EVALUATE else f"evaluate:{folder}:{dataset}", scale,
                raw_files=loaded.files,
-               settings={"dataset": dataset, "construction": construction, "models": list(models),
+               settings={"dataset": dataset, "construction": construction, "supervision": supervision,
+                         "train_fraction": train_fraction, "models": list(models),
                          "seeds": list(seeds), "data": data_fingerprint(loaded.files), **neural_settings},
                outputs=files.values(), metrics={"test_mean": means.to_dict(orient="index"),
                                                 **({"stage_a": summary["stage_a"]} if context else {})})

@@ -189,3 +189,88 @@ def interaction_figure(cells: pd.DataFrame, lexset: float | None = None) -> Figu
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def silver_table(summary: pd.DataFrame, quality: dict[str, dict[str, object]], datasets: Sequence[str]) -> pd.DataFrame:
+    """Gold- against silver-supervised MemSafe per dataset (test split, seed means; per-unit
+    AUPRC always against gold), with the silver targets' precision and recall on train."""
+    rows = []
+    for dataset in datasets:
+        for supervision, construction in (("gold", "size-matched"), ("silver", "size-matched-silver")):
+            hit = summary[(summary.dataset == dataset) & (summary.model == "memsafe")
+                          & (summary.construction == construction)]
+            r = hit.iloc[0] if len(hit) else None
+            q = quality.get(dataset, {}) if supervision == "silver" else {}
+            rows.append({"dataset": dataset, "supervision": supervision,
+                         **{m: None if r is None else float(r[m])
+                            for m in ("unsafe_auroc", "macro_f1", "evidence_auprc")},
+                         "n_seeds": None if r is None else int(r.n_seeds),
+                         "silver_precision": q.get("precision"), "silver_recall": q.get("recall")})
+    return pd.DataFrame(rows)
+
+
+CURVE_MODELS: tuple[str, ...] = ("memsafe", "lexset")
+
+
+def learning_curve_table(summary: pd.DataFrame, datasets: Sequence[str], fractions: Sequence[float],
+                         train_questions: dict[str, int]) -> pd.DataFrame:
+    """Test AUROC of MemSafe and LexSet trained on nested fractions of the training questions
+    (1.0 = the full training split of notebook 02)."""
+    rows = []
+    for dataset in datasets:
+        for fraction in sorted({*fractions, 1.0}):
+            construction = "size-matched" if fraction == 1 else f"size-matched-train{round(fraction * 100)}"
+            for model in CURVE_MODELS:
+                hit = summary[(summary.dataset == dataset) & (summary.model == model)
+                              & (summary.construction == construction)]
+                r = hit.iloc[0] if len(hit) else None
+                rows.append({"dataset": dataset, "fraction": fraction,
+                             "train_questions": round(fraction * train_questions.get(dataset, 0)), "model": model,
+                             "unsafe_auroc": None if r is None else float(r.unsafe_auroc),
+                             "unsafe_auroc_sd": None if r is None else float(r.unsafe_auroc_sd),
+                             "n_seeds": None if r is None else int(r.n_seeds)})
+    return pd.DataFrame(rows)
+
+
+def curve_crossing(curve: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset: MemSafe minus LexSet at each fraction, the slope of that difference per
+    doubling of the training questions (least squares in log2 fraction), and the fraction
+    where the line reaches zero: a descriptive extrapolation from three points, marked as
+    such when it lies beyond the data we have."""
+    rows = []
+    for dataset, group in curve.groupby("dataset", sort=False):
+        wide = group.pivot_table(index="fraction", columns="model", values="unsafe_auroc")
+        if not set(CURVE_MODELS) <= set(wide.columns):
+            continue
+        diff = (wide["memsafe"] - wide["lexset"]).dropna()
+        row: dict[str, object] = {"dataset": dataset, **{f"gap_at_{f:g}": float(d) for f, d in diff.items()}}
+        if len(diff) >= 2:
+            slope, intercept = np.polyfit(np.log2(diff.index.to_numpy(float)), diff.to_numpy(float), 1)
+            row["gap_change_per_doubling"] = float(slope)
+            crossing = float(2 ** (-intercept / slope)) if slope != 0 else None
+            row["crossing_fraction"] = crossing
+            row["crossing_is_extrapolated"] = (None if crossing is None
+                                               else bool(crossing > 1 or crossing < diff.index.min()))
+            n_full = int(group[group.fraction == 1.0].train_questions.iloc[0]) if (group.fraction == 1.0).any() else 0
+            row["crossing_train_questions"] = None if crossing is None or crossing <= 0 else round(crossing * n_full)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def learning_curve_figure(curve: pd.DataFrame) -> Figure:
+    """Test AUROC against training questions (log scale), one panel per dataset."""
+    datasets = list(dict.fromkeys(curve.dataset))
+    fig = Figure(figsize=(4.4 * len(datasets), 3.6))
+    axes = np.atleast_1d(fig.subplots(1, len(datasets), sharey=True))
+    for ax, dataset in zip(axes, datasets, strict=True):
+        for model, color in (("memsafe", "#264653"), ("lexset", "#e76f51")):
+            sub = curve[(curve.dataset == dataset) & (curve.model == model)].sort_values("fraction")
+            ax.errorbar(sub.train_questions, sub.unsafe_auroc, yerr=sub.unsafe_auroc_sd.fillna(0), marker="o",
+                        capsize=3, color=color, label=model)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training base questions")
+        ax.set_title(dataset)
+    axes[0].set_ylabel("test unsafe AUROC")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
