@@ -31,6 +31,7 @@ from memsafe_lib.config import ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import CrossEncoder, EncoderConfig, Pair, PretrainedRanker, make_ranker, unit_string
 from memsafe_lib.encodings.finetune import encode_with_folds
 from memsafe_lib.errors import DataFormatError
+from memsafe_lib.estimators.controls import without_provenance
 from memsafe_lib.estimators.lexset import UnitFeaturizer
 from memsafe_lib.estimators.memsafe import MemSafe, Standardizer, TokenBuilder
 from memsafe_lib.estimators.setmodel import SetModel, SetModelConfig, predict_sets
@@ -42,6 +43,10 @@ from memsafe_lib.variants.construction import COMPLETE, STATES, MemoryUnit, Vari
 from memsafe_lib.variants.store import build
 
 FORMAT_VERSION = 1
+GATE_PROVENANCE_DROPOUT = 0.5
+"""Half the gate's training memories are shown without provenance (unit positions 0..n-1,
+|M|/|H| = 1), the form in which an agent's memories usually arrive, so those inputs are in
+distribution; its recorded metrics are given both with and without provenance."""
 
 
 @dataclass
@@ -243,10 +248,16 @@ def train_gate(dataset: str, scale: ScaleConfig, seed: int | None = None, out: P
     seed = scale.seeds[0] if seed is None else seed
     context = build_context(result, scale, [seed], device, progress)
     splits = by_split(result.variants)
-    estimator = MemSafe(context.encodings(seed), seed, context.set_config(), device=device)
+    estimator = MemSafe(context.encodings(seed), seed, context.set_config(), device=device,
+                        provenance_dropout=GATE_PROVENANCE_DROPOUT)
     estimator.fit(splits["train"], splits.get("validation"))
     metrics = {s: split_metrics(splits[s], estimator.predict(splits[s])) for s in EVAL_SPLITS if splits.get(s)}
+    for s in EVAL_SPLITS:  # what an agent that passes no provenance gets
+        if splits.get(s):
+            bare = [without_provenance(v) for v in splits[s]]
+            metrics[f"{s}_without_provenance"] = split_metrics(bare, estimator.predict(bare))
     settings = {"dataset": dataset, "scale": scale.name, "seed": seed, "construction": "size-matched",
+                "provenance_dropout": GATE_PROVENANCE_DROPOUT,
                 "budget": asdict(context.budget), "stage_b": estimator.config, "data": data_fingerprint(loaded.files)}
     stage_a = context.stage_a[encoder_seed_for(seed, context.budget.encoder_seeds)]
     gate = Gate.from_estimator(estimator, stage_a.encoders, stage_a.bi,

@@ -136,3 +136,53 @@ def test_gate_reports_units_longer_than_its_window(trained: Trained, tmp_path: P
 def test_loading_a_missing_gate_says_how_to_make_one(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="memsafe train --dataset musique --scale smoke --out"):
         Gate.load(tmp_path)
+
+
+def test_without_provenance_is_how_a_plain_memory_reaches_the_gate() -> None:
+    """Training with provenance dropped shows the model exactly what `memsafe score` builds
+    from a plain {query, units} memory, so such memories are in distribution."""
+    from memsafe_lib.estimators.controls import provenance_stats, without_provenance
+    from memsafe_lib.estimators.memsafe import provenance_rows
+
+    variants = C.build_size_matched([query(i) for i in range(40)]).variants
+    for v in variants[:10]:
+        plain = memory_variant(v.question, [{"title": u.title, "text": u.text} for u in v.units])
+        assert provenance_stats(without_provenance(v)) == provenance_stats(plain)
+        assert provenance_stats(v) != provenance_stats(plain) or v.source_units == len(v.units)
+    rows = provenance_rows(variants, 0.5)
+    dropped = [r.tolist() == provenance_stats(without_provenance(v)) and r.tolist() != provenance_stats(v)
+               for r, v in zip(rows, variants, strict=True)]
+    assert 0.25 < sum(dropped) / len(variants) < 0.75
+    assert provenance_rows(variants, 0.0).tolist() == [provenance_stats(v) for v in variants]
+
+
+@pytest.mark.usefixtures("real_data")
+def test_plain_real_memories_score_like_the_gates_own_test_split(tmp_path: Path) -> None:
+    """A smoke gate scores MuSiQue test memories passed as plain {query, units} JSON (no
+    provenance): the same AUROC as its in-process no-provenance metric, and no difference
+    from scoring them with their provenance that the paired bootstrap can tell from zero."""
+    import pandas as pd
+
+    from memsafe_lib.config import SCALES
+    from memsafe_lib.gate import train_gate
+    from memsafe_lib.measures.inference import paired_bootstrap
+    from memsafe_lib.measures.metrics import unsafe_auroc
+    from memsafe_lib.variants.store import build
+
+    smoke = SCALES["smoke"]
+    gate_dir = train_gate("musique", smoke, out=tmp_path / "gate", progress=False)
+    recorded = json.loads((gate_dir / "config.json").read_text())["metrics"]
+    test = [v for v in build("musique", None, smoke)[1].variants if v.split == "test"]
+    memories = tmp_path / "memories.jsonl"
+    memories.write_text("".join(json.dumps({"id": v.variant_id, "query": v.question,
+                                            "units": [{"title": u.title, "text": u.text} for u in v.units]}) + "\n"
+                                for v in test))
+    assert main(["score", "--gate", str(gate_dir), "--input", str(memories), "--out", str(tmp_path / "s.jsonl")]) == 0
+    plain = [json.loads(line)["unsafe_prob"] for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    unsafe = [v.unsafe for v in test]
+    assert unsafe_auroc(unsafe, plain) == pytest.approx(recorded["test_without_provenance"]["unsafe_auroc"], abs=0.01)
+    with_provenance = [o.unsafe_prob for o in Gate.load(gate_dir).score_variants(test)]
+    frame = pd.DataFrame({"seed": 17, "base_id": [v.base_id for v in test], "unsafe": unsafe,
+                          "score_a": plain, "score_b": with_provenance})
+    difference = paired_bootstrap(frame, metric="unsafe_auroc", n_resamples=1000)
+    assert difference.lo <= 0 <= difference.hi, difference

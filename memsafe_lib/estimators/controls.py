@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -71,6 +71,13 @@ def provenance_stats(v: Variant) -> list[float]:
         float(n), n / max(v.source_units, 1), float(pos.mean()), float(pos.std()),
         float(pos.min()), float(pos.max()), float(gaps.mean()), float(gaps.max()),
     ]
+
+
+def without_provenance(v: Variant) -> Variant:
+    """The memory as it reaches an agent's gate without provenance: each unit's source position
+    is its memory position and the history is the memory itself (|M|/|H| = 1)."""
+    units = tuple(replace(u, source_position=u.position) for u in v.units)
+    return replace(v, units=units, source_units=len(units))
 
 
 def _logistic() -> Pipeline:

@@ -20,8 +20,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from memsafe_lib.config import DEFAULT_SEED
+from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.encodings.encoders import VariantEncoding
-from memsafe_lib.estimators.controls import Predictions, provenance_stats
+from memsafe_lib.estimators.controls import Predictions, provenance_stats, without_provenance
 from memsafe_lib.estimators.lexset import UnitFeaturizer
 from memsafe_lib.estimators.selection import select
 from memsafe_lib.estimators.setmodel import SetModel, SetModelConfig, TrainLog, predict_sets, train_set_model
@@ -77,18 +78,31 @@ class TokenBuilder:
             out.append(np.column_stack(parts).astype(np.float32))
         return out
 
-    def fit(self, variants: Sequence[Variant], encodings: Sequence[VariantEncoding]) -> TokenBuilder:
+    def fit(self, variants: Sequence[Variant], encodings: Sequence[VariantEncoding],
+            provenance_dropout: float = 0.0) -> TokenBuilder:
         if self.lexical:
             self.featurizer = UnitFeaturizer().fit(variants)
         self.unit_scale = Standardizer.fit(np.vstack(self.raw_units(variants, encodings)))
-        self.provenance_scale = Standardizer.fit(np.array([provenance_stats(v) for v in variants]))
+        self.provenance_scale = Standardizer.fit(provenance_rows(variants, provenance_dropout))
         return self
 
-    def __call__(self, variants: Sequence[Variant], encodings: Sequence[VariantEncoding]
-                 ) -> tuple[list[np.ndarray], np.ndarray]:
+    def __call__(self, variants: Sequence[Variant], encodings: Sequence[VariantEncoding],
+                 provenance_dropout: float = 0.0) -> tuple[list[np.ndarray], np.ndarray]:
         assert self.unit_scale is not None and self.provenance_scale is not None, "fit() first"
         units = [self.unit_scale(u) for u in self.raw_units(variants, encodings)]
-        return units, self.provenance_scale(np.array([provenance_stats(v) for v in variants]))
+        return units, self.provenance_scale(provenance_rows(variants, provenance_dropout))
+
+
+PROVENANCE_DROPOUT_SALT = "memsafe-provenance-dropout-v1"
+
+
+def provenance_rows(variants: Sequence[Variant], dropout: float = 0.0) -> np.ndarray:
+    """Provenance features per memory; with ``dropout``, a salted-hash fraction of the memories
+    is shown as it would arrive without provenance (:func:`without_provenance`), so a model
+    trained this way also knows that case (the gate: agents rarely pass provenance)."""
+    def dropped(v: Variant) -> bool:
+        return dropout > 0 and hash_rank(v.variant_id, PROVENANCE_DROPOUT_SALT) < dropout * 2**64
+    return np.array([provenance_stats(without_provenance(v) if dropped(v) else v) for v in variants])
 
 
 def targets(variants: Sequence[Variant]) -> dict[str, Any]:
@@ -112,6 +126,9 @@ class MemSafe:
     name: str = "memsafe"
     device: str = "cpu"
     """Where the set model trains and predicts (``--device``)."""
+    provenance_dropout: float = 0.0
+    """Fraction of training memories shown without provenance (0 in every table; the gate
+    uses :data:`memsafe_lib.gate.GATE_PROVENANCE_DROPOUT`)."""
     deterministic: bool = False
     config: dict[str, Any] = field(default_factory=dict)
     selection_scores: list[dict[str, Any]] = field(default_factory=list)
@@ -121,8 +138,9 @@ class MemSafe:
 
     def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> MemSafe:
         enc = lookup(self.encodings, train)
-        self.tokens = TokenBuilder(bridge=self.bridge, lexical=self.base.use_lexical).fit(train, enc)
-        units, prov = self.tokens(train, enc)
+        self.tokens = TokenBuilder(bridge=self.bridge, lexical=self.base.use_lexical).fit(
+            train, enc, self.provenance_dropout)
+        units, prov = self.tokens(train, enc, self.provenance_dropout)
         y = targets(train)
         val = None
         if validation:
@@ -136,7 +154,8 @@ class MemSafe:
         (self.model, self.log), point = chosen.model, chosen.config
         self.selection_scores = chosen.grid_scores
         self.config = {**asdict(replace(self.base, **point)), "bridge": self.bridge,
-                       "best_epoch": self.log.best_epoch}
+                       "best_epoch": self.log.best_epoch,
+                       **({"provenance_dropout": self.provenance_dropout} if self.provenance_dropout else {})}
         return self
 
     def _predict_with(self, model: SetModel, variants: Sequence[Variant]) -> Predictions:
