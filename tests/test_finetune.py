@@ -118,3 +118,20 @@ def test_fold_encoding_uses_the_other_fold_and_averages_the_rest(variants: list[
         else:
             assert np.allclose(got.plain_logit, (by0.plain_logit + by1.plain_logit) / 2, atol=1e-6)
             assert np.allclose(got.bridge, (by0.bridge + by1.bridge) / 2, atol=1e-6)
+
+
+def test_training_only_the_top_layers_leaves_the_rest_untouched(variants: list[C.Variant], bi: E.BiEncoder) -> None:
+    pairs, labels = F.training_pairs(variants, bi, include_bridge=False)
+    model = small_model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    n_layers = model.backbone.config.num_hidden_layers
+    F.finetune(model, pairs[:32], labels[:32], F.FinetuneConfig(lr=1e-3, batch_size=8, bf16=False, train_layers=1),
+               progress=False)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert any(f"layer.{n_layers - 1}." in n for n in changed) and any(n.startswith("head.") for n in changed)
+    assert not any("embeddings." in n or f"layer.{n_layers - 2}." in n for n in changed)
+    assert all(p.requires_grad for p in model.parameters())  # frozen only while training
+    default = F.FinetuneConfig()
+    assert "train_layers" not in F._key_settings(default)  # existing fold encoders keep their cache keys
+    assert F.run_key(model, pairs, labels, default, 17) != F.run_key(
+        model, pairs, labels, F.FinetuneConfig(train_layers=2), 17)

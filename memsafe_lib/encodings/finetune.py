@@ -56,6 +56,37 @@ class FinetuneConfig:
     head_lr: float | None = 1e-3
     """Learning rate of the new relevance head (None: ``lr``); it starts from random weights."""
     checkpoint_every: int = 200
+    train_layers: int | None = None
+    """Fine-tune only the top ``train_layers`` transformer layers (and the head); the embeddings
+    and lower layers stay frozen, which makes a step cheaper. None: every layer."""
+
+
+def _key_settings(config: FinetuneConfig) -> dict[str, object]:
+    """The settings that enter a fine-tuning run's cache key; options at their defaults that
+    were added later are left out, so existing fold encoders keep their keys."""
+    settings = asdict(config)
+    if settings.get("train_layers") is None:
+        settings.pop("train_layers", None)
+    return settings
+
+
+def freeze_lower_layers(model: CrossEncoder, train_layers: int | None) -> list[str]:
+    """Stop gradients to the embeddings and all but the top ``train_layers`` layers of a
+    BERT-style backbone; returns the frozen parameter names."""
+    if train_layers is None:
+        return []
+    n_layers = int(model.backbone.config.num_hidden_layers)
+    keep = {f"layer.{i}." for i in range(max(n_layers - train_layers, 0), n_layers)}
+    frozen = []
+    for name, param in model.named_parameters():
+        if name.startswith("head.") or "classifier" in name or "pooler" in name:
+            continue
+        if "embeddings." in name or ("layer." in name and not any(k in name for k in keep)):
+            param.requires_grad_(False)
+            frozen.append(name)
+    if not frozen:
+        raise ValueError(f"{model.config.model}: no embeddings/layer.N parameters to freeze (not BERT-style)")
+    return frozen
 
 
 def training_pairs(variants: Sequence[object], bi: PretrainedRanker, include_bridge: bool = True,
@@ -99,7 +130,7 @@ def _batches(pairs: Sequence[Pair], model: CrossEncoder, config: FinetuneConfig,
 
 def run_key(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config: FinetuneConfig, seed: int) -> str:
     h = hashlib.sha256(model.fingerprint().encode())
-    h.update(json.dumps(asdict(config), sort_keys=True).encode())
+    h.update(json.dumps(_key_settings(config), sort_keys=True).encode())
     h.update(str(seed).encode())
     for p, y in zip(pairs, labels, strict=True):
         h.update(f"{p.query}\x1f{p.bridge}\x1f{p.unit}\x1f{y}\n".encode())
@@ -114,8 +145,9 @@ def finetune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, con
     key = run_key(model, pairs, labels, config, seed)
     batches = _batches(pairs, model, config, seed) * config.epochs
     total = len(batches)
-    head = [p for n, p in model.named_parameters() if n.startswith("head.")]
-    body = [p for n, p in model.named_parameters() if not n.startswith("head.")]
+    freeze_lower_layers(model, config.train_layers)
+    head = [p for n, p in model.named_parameters() if n.startswith("head.") and p.requires_grad]
+    body = [p for n, p in model.named_parameters() if not n.startswith("head.") and p.requires_grad]
     optimizer = torch.optim.AdamW([{"params": body}, {"params": head, "lr": config.head_lr or config.lr}],
                                   lr=config.lr, weight_decay=config.weight_decay)
     warmup = max(1, int(config.warmup_fraction * total))
@@ -143,7 +175,7 @@ def finetune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, con
         loss = loss_fn(logit.float(), y_all[idx].to(logit.device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         optimizer.step()
         schedule.step()
         losses.append(float(loss.detach()))
@@ -155,6 +187,8 @@ def finetune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, con
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                             "schedule": schedule.state_dict(), "rng": torch.get_rng_state(), "step": done,
                             "losses": losses}, fh)
+    for param in model.parameters():
+        param.requires_grad_(True)
     model.eval()
     return losses
 
