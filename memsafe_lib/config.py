@@ -43,14 +43,15 @@ DEFAULT_SEED = PAPER_SEEDS[0]
 NB01_AUDIT = "01_construction_audit"
 NB02_TRAINING = "02_training"
 NB03_ABLATIONS = "03_ablations"
+NB04_TRANSFER = "04_transfer"
 NB05_SELECTIVE = "05_selective"
 EVALUATE = "evaluate"
 GATES = "gates"
 BENCH = "bench"
 VARIANTS = "variants"
 SCRATCH = "scratch"
-FOLDERS: tuple[str, ...] = (NB01_AUDIT, NB02_TRAINING, NB03_ABLATIONS, NB05_SELECTIVE, EVALUATE, GATES, BENCH,
-                            VARIANTS)
+FOLDERS: tuple[str, ...] = (NB01_AUDIT, NB02_TRAINING, NB03_ABLATIONS, NB04_TRANSFER, NB05_SELECTIVE, EVALUATE,
+                            GATES, BENCH, VARIANTS)
 LEDGER_FILE = "ledger.jsonl"
 RUN_TIMES_FILE = "run_times.csv"
 

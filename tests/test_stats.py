@@ -384,7 +384,7 @@ def passing_values() -> dict[tuple[str, str, str, str], tuple[float, float]]:
         v[(d, "size-matched", "memsafe", "validation")] = (0.79, 0.60)
         v[(d, "size-matched", "lexset", "validation")] = (0.60, 0.40)
     for model, auroc in (("memsafe", 0.76), ("tfidf", 0.50), ("text_length", 0.40)):  # drops .04, .10, .12
-        v[("musique", "family-b", model, "test")] = (auroc, 0.5)
+        v[("musique", "family-b-from-a", model, "test")] = (auroc, 0.5)
     v[("mimic-iv", "clinical", "memsafe", "test")] = (0.70, 0.50)
     v[("mimic-iv", "clinical", "lexset", "test")] = (0.60, 0.45)
     return v
@@ -411,7 +411,7 @@ def test_hypotheses_fail_when_the_claims_do_not_hold() -> None:
     v = passing_values()
     v[("2wikimultihopqa", "size-matched", "memsafe_no_bridge", "test")] = (0.85, 0.6)  # no bridge is better -> H4 fail
     v[("musique", "size-matched", "tfidf", "test")] = (0.60, 0.65)  # tfidf better macro F1 -> H2 fail
-    v[("musique", "family-b", "tfidf", "test")] = (0.58, 0.5)  # tfidf drops only 0.02 -> H3 fail
+    v[("musique", "family-b-from-a", "tfidf", "test")] = (0.58, 0.5)  # tfidf drops only 0.02 -> H3 fail
     v[("mimic-iv", "clinical", "lexset", "test")] = (0.71, 0.45)  # H5 fail
     out = evaluate_hypotheses(results_table(v), intervals_table(lo=-0.01))  # H1: interval reaches 0
     assert status(out) == {f"H{i}": "fail" for i in range(1, 6)}
@@ -420,12 +420,12 @@ def test_hypotheses_fail_when_the_claims_do_not_hold() -> None:
 def test_hypotheses_untested_when_models_are_missing() -> None:
     v = {k: x for k, x in passing_values().items()
          if k[2] != "mean_pool" and not (k[0] == "2wikimultihopqa" and k[2] == "memsafe_no_bridge")
-         and not k[0].startswith("mimic") and k[1] != "family-b"}
+         and not k[0].startswith("mimic") and k[1] != "family-b-from-a"}
     out = evaluate_hypotheses(results_table(v), None).set_index("id")
     assert out.loc["H1", "status"] == "untested" and "missing mean_pool" in out.loc["H1", "evidence"]
     assert "missing interval" in out.loc["H1", "evidence"]
     assert out.loc["H2", "status"] == "pass"
-    assert out.loc["H3", "status"] == "untested" and "memsafe family-b" in out.loc["H3", "evidence"]
+    assert out.loc["H3", "status"] == "untested" and "memsafe family-b-from-a" in out.loc["H3", "evidence"]
     # H4: musique holds, 2wiki cannot be tested -> untested, and the evidence says which
     assert out.loc["H4", "status"] == "untested"
     assert "2wikimultihopqa test unsafe_auroc: missing memsafe_no_bridge" in out.loc["H4", "evidence"]

@@ -133,6 +133,12 @@ def expected_calibration_error(
     return float(np.sum(count[nonempty] / y.size * gap))
 
 
+def brier_score(unsafe: Sequence[bool] | np.ndarray, prob: Sequence[float] | np.ndarray) -> float:
+    """Mean squared error of the unsafe probability against the 0/1 label."""
+    y, p = _paired(unsafe, prob, "unsafe", "prob")
+    return float(np.mean((p - y.astype(float)) ** 2))
+
+
 def average_precision(labels: Sequence[bool] | np.ndarray, scores: Sequence[float] | np.ndarray) -> float:
     """Average precision as scikit-learn's ``average_precision_score`` defines it.
 

@@ -1,0 +1,173 @@
+"""Models trained on one construction, scored unchanged on another (notebook 04): family A to
+family B on MuSiQue, and MuSiQue to SQuAD 2.0; plus the memorization audit of the test splits.
+
+A transferred model sees its target memories as test memories: neural models read them
+through the average of the source's two fold encoders, exactly as they read the source's own
+test split, and nothing is fitted on the target. Fits and target predictions are cached
+under the code, source and target fingerprints, like ``evaluate``'s.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from memsafe_lib.encodings.finetune import encode_with_folds
+from memsafe_lib.estimators.context import NeuralContext
+from memsafe_lib.estimators.controls import Predictions
+from memsafe_lib.estimators.registry import make_model, seeds_for
+from memsafe_lib.io import atomic_open, sha256_bytes
+from memsafe_lib.ledger import code_fingerprint
+from memsafe_lib.measures.metrics import average_precision, brier_score, expected_calibration_error, unsafe_auroc
+from memsafe_lib.progress import log, step
+from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split
+
+
+def as_test(variants: Sequence[Variant]) -> list[Variant]:
+    """Target memories are test memories for a transferred model (split relabelled only)."""
+    return [replace(v, split="test") for v in variants]
+
+
+def add_target_encodings(context: NeuralContext, variants: Sequence[Variant], progress: bool = True) -> None:
+    """Encode target memories with every encoder seed's fold encoders (their average) and add
+    them to the context's encodings, fine-tuned and frozen alike; pairs already encoded are
+    read from Stage A's cache."""
+    for table in (context.stage_a, context.frozen):
+        for result in table.values():
+            todo = [v for v in variants if v.variant_id not in result.encodings]
+            if todo:
+                encoded = encode_with_folds(result.encoders, todo, result.bi, progress=progress)
+                result.encodings.update({e.variant_id: e for e in encoded})
+
+
+@dataclass
+class TransferResult:
+    model: str
+    seed: int
+    predictions: dict[str, Predictions]
+    """Per target name; ``"source_test"`` and ``"source_validation"`` are the source's own splits
+    (validation: for thresholds chosen on the source and carried to a target)."""
+
+
+def _fingerprint(variants: Sequence[Variant]) -> str:
+    return sha256_bytes("\n".join(v.variant_id + v.split + "".join("1" if u.is_evidence else "0" for u in v.units)
+                                  for v in variants).encode())
+
+
+def transfer(source: ConstructionResult, targets: dict[str, Sequence[Variant]], models: Sequence[str],
+             seeds: Sequence[int], context: NeuralContext | None = None, cache_dir: Path | None = None
+             ) -> list[TransferResult]:
+    """Fit each (model, seed) on the source's train split (selection on its validation) and
+    predict the source's test split and every target, unchanged."""
+    splits = by_split(source.variants)
+    targets = {name: as_test(vs) for name, vs in targets.items()}
+    if context is not None:
+        add_target_encodings(context, [v for vs in targets.values() for v in vs])
+    key_base = "|".join([code_fingerprint(), _fingerprint(source.variants),
+                         *(f"{n}:{_fingerprint(vs)}" for n, vs in sorted(targets.items()))])
+    out = []
+    for model in models:
+        for seed in seeds_for(model, seeds):
+            path = None
+            if cache_dir is not None:
+                path = cache_dir / f"transfer-{model}-{seed}-{sha256_bytes(key_base.encode())[:20]}.pkl"
+                if path.exists():
+                    log(f"transfer {source.dataset}: {model} seed {seed}: resumed from cache")
+                    with open(path, "rb") as fh:
+                        out.append(pickle.load(fh))
+                    continue
+            with step(f"transfer {source.dataset}: {model} seed {seed}"):
+                estimator = make_model(model, seed, context).fit(splits["train"], splits.get("validation"))
+                predictions = {"source_test": estimator.predict(splits["test"]),
+                               "source_validation": estimator.predict(splits["validation"]),
+                               **{name: estimator.predict(vs) for name, vs in targets.items() if vs}}
+            result = TransferResult(model, seed, predictions)
+            if path is not None:
+                with atomic_open(path, "wb") as fh:
+                    pickle.dump(result, fh)
+            out.append(result)
+    return out
+
+
+def scores(variants: Sequence[Variant], predictions: Predictions) -> dict[str, Any]:
+    """AUROC, AUPRC (unsafe as positive), Brier and ECE of one scored population."""
+    y = np.array([v.unsafe for v in variants])
+    p = np.clip(np.asarray(predictions.unsafe_prob, dtype=float), 0.0, 1.0)
+    both = y.any() and not y.all()
+    return {"n": len(variants), "prevalence": float(y.mean()) if len(y) else None,
+            "unsafe_auroc": unsafe_auroc(y, p) if both else None,
+            "unsafe_auprc": average_precision(y, p) if both else None,
+            "brier": brier_score(y, p) if len(y) else None,
+            "ece": expected_calibration_error(y, p) if len(y) else None}
+
+
+def transfer_table(results: Sequence[TransferResult], source_test: Sequence[Variant],
+                   targets: dict[str, Sequence[Variant]]) -> pd.DataFrame:
+    """One row per (model, seed, population) with the scores above."""
+    populations = {"source_test": list(source_test), **{n: as_test(vs) for n, vs in targets.items()}}
+    results = [replace(r, predictions={k: v for k, v in r.predictions.items() if k in populations}) for r in results]
+    rows = []
+    for r in results:
+        for name, preds in r.predictions.items():
+            rows.append({"model": r.model, "seed": r.seed, "population": name, **scores(populations[name], preds)})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- memorization audit
+
+
+def _unit_key(title: str, text: str) -> str:
+    return f"{title}\x1f{text}"
+
+
+def memorization(variants: Sequence[Variant]) -> dict[str, Any]:
+    """How much of the test split's text the training split already holds: the fraction of
+    test paragraphs (title and text) that also occur in training, whether their evidence
+    status agrees there, and which test questions have no gold evidence paragraph seen in
+    training (the population of the restricted re-scoring)."""
+    splits = by_split(variants)
+    train_status: dict[str, set[bool]] = {}
+    for v in splits.get("train", []):
+        for u in v.units:
+            train_status.setdefault(_unit_key(u.title, u.text), set()).add(u.is_evidence)
+    test = splits.get("test", [])
+    paragraphs = {(_unit_key(u.title, u.text), u.is_evidence) for v in test for u in v.units}
+    seen = [(k, ev) for k, ev in paragraphs if k in train_status]
+    agree = [ev in train_status[k] and len(train_status[k]) == 1 for k, ev in seen]
+    seen_evidence: dict[str, bool] = {}
+    for v in test:
+        hit = any(u.is_evidence and _unit_key(u.title, u.text) in train_status for u in v.units)
+        seen_evidence[v.base_id] = seen_evidence.get(v.base_id, False) or hit
+    unseen_questions = sorted(b for b, hit in seen_evidence.items() if not hit)
+    return {"test_paragraphs": len({k for k, _ in paragraphs}), "also_in_training": len({k for k, _ in seen}),
+            "fraction_in_training": len({k for k, _ in seen}) / max(len({k for k, _ in paragraphs}), 1),
+            "evidence_status_agrees": float(np.mean(agree)) if agree else None,
+            "test_questions": len({v.base_id for v in test}), "questions_evidence_unseen": len(unseen_questions),
+            "unseen_ids": unseen_questions}
+
+
+def restricted_auroc(predictions: pd.DataFrame, keep_base_ids: Sequence[str], models: Sequence[str]) -> pd.DataFrame:
+    """Each model's test AUROC (seed mean) on all test questions and on the kept ones only."""
+    keep = set(keep_base_ids)
+    rows = []
+    test = predictions[predictions.split == "test"]
+    for model in models:
+        per_seed = []
+        for _, g in test[test.model == model].groupby("seed"):
+            sub = g[g.base_id.isin(keep)]
+            both = sub.unsafe.any() and not sub.unsafe.all()
+            per_seed.append((unsafe_auroc(g.unsafe.astype(bool), g.unsafe_prob),
+                             unsafe_auroc(sub.unsafe.astype(bool), sub.unsafe_prob) if both else np.nan))
+        if per_seed:
+            full, restricted = np.nanmean([a for a, _ in per_seed]), np.nanmean([b for _, b in per_seed])
+            rows.append({"model": model, "n_seeds": len(per_seed), "auroc_all": float(full),
+                         "auroc_evidence_unseen": None if np.isnan(restricted) else float(restricted),
+                         "change": None if np.isnan(restricted) else float(restricted - full),
+                         "questions_kept": len(keep)})
+    return pd.DataFrame(rows)
