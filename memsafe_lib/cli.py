@@ -142,8 +142,20 @@ def cmd_score(args: argparse.Namespace) -> int:
     memories = read_memories(args.input)  # validated before the (slow) model load
     gate = Gate.load(args.gate, device=args.device or "cpu", encoder_model=args.encoder)
     lines, outputs = [], gate.score_many(memories, progress=True)
-    for memory, out in zip(memories, outputs, strict=True):
-        lines.append(json.dumps({"id": memory.get("id"), **out.to_dict()}))
+    decisions: list[dict[str, object]] = [{} for _ in memories]
+    if args.risk is not None:
+        for form in (True, False):  # calibrated on validation memories in the input's own form
+            idx = [i for i, m in enumerate(memories) if ("source_positions" in m) == form]
+            if not idx:
+                continue
+            control = gate.risk_control(args.risk, args.delta, with_provenance=form)
+            for i, decision in zip(idx, gate.decide([outputs[i] for i in idx], control), strict=True):
+                decisions[i] = {"decision": decision, "threshold": control.threshold}
+            print(f"memsafe: --risk {args.risk:g}: {control.guarantee}; threshold "
+                  f"{'none (abstain on all)' if control.threshold is None else control.threshold} for "
+                  f"{len(idx)} memories {'with' if form else 'without'} provenance", file=sys.stderr)
+    for memory, out, decision in zip(memories, outputs, decisions, strict=True):
+        lines.append(json.dumps({"id": memory.get("id"), **out.to_dict(), **decision}))
     cut = [o.truncated_units for o in outputs]
     if any(cut):
         print(f"memsafe: warning: {sum(cut)} of {sum(len(m['units']) for m in memories)} units in "
@@ -242,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help='JSON Lines: {"id"?, "query": str, "units": [str | {"title", "text"}], '
                         '"source_positions"?, "source_units"?}')
     p.add_argument("--out", default=None, help="output .jsonl (default: stdout)")
+    p.add_argument("--risk", type=float, default=None, metavar="ALPHA",
+                   help="add answer/abstain per memory at evidence risk <= ALPHA with probability >= 1 - DELTA "
+                        "(Learn-then-Test on the gate's validation memories)")
+    p.add_argument("--delta", type=float, default=0.1, help="failure probability of the --risk guarantee")
     _add_device(p)
     p.set_defaults(func=cmd_score)
 

@@ -39,10 +39,12 @@ from memsafe_lib.evaluation.neural import build_context
 from memsafe_lib.evaluation.runs import EVAL_SPLITS, split_metrics
 from memsafe_lib.io import atomic_open
 from memsafe_lib.ledger import data_fingerprint, fingerprint, record_run
+from memsafe_lib.measures.risk_control import RiskControl, ltt_threshold
 from memsafe_lib.variants.construction import COMPLETE, STATES, MemoryUnit, Variant, by_split
 from memsafe_lib.variants.store import build
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: config.json holds validation calibration scores (for ``--risk``)."""
 GATE_PROVENANCE_DROPOUT = 0.5
 """Half the gate's training memories are shown without provenance (unit positions 0..n-1,
 |M|/|H| = 1), the form in which an agent's memories usually arrive, so those inputs are in
@@ -146,7 +148,7 @@ class Gate:
                 f"`memsafe train --dataset musique --scale smoke --out {root}` (a few minutes on a CPU; "
                 "--scale cpu trains on all local data), or pass the directory `memsafe train` printed")
         config = json.loads(cfg_file.read_text())
-        if config.get("format_version") != FORMAT_VERSION:
+        if config.get("format_version") not in (1, FORMAT_VERSION):
             raise DataFormatError(cfg_file, f"gate format {config.get('format_version')!r}, "
                                   f"this code reads {FORMAT_VERSION}", field="format_version")
         enc_cfg = EncoderConfig(**{**config["encoder"], "device": device,
@@ -195,6 +197,24 @@ class Gate:
         variants = [memory_variant(m["query"], m["units"], m.get("source_positions"), m.get("source_units"),
                                    str(m.get("id", i))) for i, m in enumerate(memories)]
         return self.score_variants(variants, progress)
+
+    # -- deciding at a risk budget
+
+    def risk_control(self, risk: float, delta: float = 0.1, with_provenance: bool = False) -> RiskControl:
+        """The answer/abstain threshold whose evidence risk is at most ``risk`` with probability
+        at least ``1 - delta`` (Learn-then-Test on the gate's validation memories, scored in the
+        same form as the input: with or without provenance)."""
+        calibration = self.config.get("calibration")
+        if not calibration:
+            raise ValueError("this gate has no calibration data (trained before format 2); train it again "
+                             "with `memsafe train` to use --risk")
+        key = "score" if with_provenance else "score_without_provenance"
+        return ltt_threshold(calibration["unsafe"], calibration[key], alpha=risk, delta=delta)
+
+    def decide(self, outputs: Sequence[GateOutput], control: RiskControl) -> list[str]:
+        """``answer`` where the unsafe probability is at most the controlled threshold, else ``abstain``."""
+        t = control.threshold
+        return ["answer" if t is not None and o.unsafe_prob <= t else "abstain" for o in outputs]
 
 
 def read_memories(path: str | Path) -> list[dict[str, Any]]:
@@ -252,16 +272,22 @@ def train_gate(dataset: str, scale: ScaleConfig, seed: int | None = None, out: P
                         provenance_dropout=GATE_PROVENANCE_DROPOUT)
     estimator.fit(splits["train"], splits.get("validation"))
     metrics = {s: split_metrics(splits[s], estimator.predict(splits[s])) for s in EVAL_SPLITS if splits.get(s)}
+    calibration: dict[str, list[Any]] = {}
     for s in EVAL_SPLITS:  # what an agent that passes no provenance gets
         if splits.get(s):
             bare = [without_provenance(v) for v in splits[s]]
-            metrics[f"{s}_without_provenance"] = split_metrics(bare, estimator.predict(bare))
+            bare_pred = estimator.predict(bare)
+            metrics[f"{s}_without_provenance"] = split_metrics(bare, bare_pred)
+            if s == "validation":  # Learn-then-Test thresholds for `memsafe score --risk`
+                calibration = {"unsafe": [bool(v.unsafe) for v in splits[s]],
+                               "score": [float(x) for x in estimator.predict(splits[s]).unsafe_prob],
+                               "score_without_provenance": [float(x) for x in bare_pred.unsafe_prob]}
     settings = {"dataset": dataset, "scale": scale.name, "seed": seed, "construction": "size-matched",
                 "provenance_dropout": GATE_PROVENANCE_DROPOUT,
                 "budget": asdict(context.budget), "stage_b": estimator.config, "data": data_fingerprint(loaded.files)}
     stage_a = context.stage_a[encoder_seed_for(seed, context.budget.encoder_seeds)]
     gate = Gate.from_estimator(estimator, stage_a.encoders, stage_a.bi,
-                               {"dataset": dataset, "scale": scale.name,
+                               {"dataset": dataset, "scale": scale.name, "calibration": calibration,
                                 "fingerprint": fingerprint(loaded.files, settings),
                                 "metrics": metrics, "training": settings})
     path = gate.save(out or scale.output_dir(config.GATES) / f"{dataset}-seed{seed}")

@@ -186,3 +186,37 @@ def test_plain_real_memories_score_like_the_gates_own_test_split(tmp_path: Path)
                           "score_a": plain, "score_b": with_provenance})
     difference = paired_bootstrap(frame, metric="unsafe_auroc", n_resamples=1000)
     assert difference.lo <= 0 <= difference.hi, difference
+
+
+def test_cli_score_with_a_risk_budget_answers_only_below_the_controlled_threshold(
+        trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from memsafe_lib.measures.risk_control import ltt_threshold
+
+    config_file = trained.gate_dir / "config.json"
+    original = config_file.read_text()
+    gate_dir = tmp_path / "gate"
+    gate_dir.mkdir()
+    for f in trained.gate_dir.iterdir():
+        (gate_dir / f.name).write_bytes(f.read_bytes())
+    # 600 validation memories: complete ones score low, unsafe ones high, so a threshold exists
+    rng = np.random.default_rng(0)
+    unsafe = [bool(i % 3) for i in range(600)]
+    scores = [float(rng.uniform(0.55, 1.0) if u else rng.uniform(0.0, 0.5)) for u in unsafe]
+    config = json.loads(original)
+    config["calibration"] = {"unsafe": unsafe, "score": scores, "score_without_provenance": scores}
+    (gate_dir / "config.json").write_text(json.dumps(config))
+    expected = ltt_threshold(unsafe, scores, alpha=0.05, delta=0.1).threshold
+    assert expected is not None
+    src = tmp_path / "memories.jsonl"
+    src.write_text("".join(json.dumps({"id": f"m{i}", "query": "What about the comet orbit?",
+                                       "units": ["Comets orbit.", "Lava flows."][: 1 + i % 2]}) + "\n"
+                           for i in range(4)))
+    out = tmp_path / "scores.jsonl"
+    assert main(["score", "--gate", str(gate_dir), "--input", str(src), "--out", str(out), "--risk", "0.05"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(r["threshold"] == expected for r in rows)
+    assert all(r["decision"] == ("answer" if r["unsafe_prob"] <= expected else "abstain") for r in rows)
+    assert "probability >= 0.9" in capsys.readouterr().err
+    # a gate without calibration data says what to do
+    assert main(["score", "--gate", str(trained.gate_dir), "--input", str(src), "--risk", "0.05"]) == 2
+    assert "train it again" in capsys.readouterr().err
