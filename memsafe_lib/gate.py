@@ -109,7 +109,7 @@ class Gate:
             raise ValueError("the estimator is not fitted")
         config = {"format_version": FORMAT_VERSION, "encoder": asdict(encoders[0].config),
                   "set_model": asdict(estimator.model.config), "bridge": estimator.bridge,
-                  "lexical": estimator.tokens.lexical, "seed": estimator.seed, "states": list(STATES),
+                  "lexical": estimator.tokens.lexical, "seed": estimator.seed, "states": list(estimator.model.states),
                   "unit_dim": int(estimator.tokens.unit_scale.mean.shape[0]),  # type: ignore[union-attr]
                   "provenance_dim": int(estimator.tokens.provenance_scale.mean.shape[0]),  # type: ignore[union-attr]
                   **dict(metadata)}
@@ -165,7 +165,8 @@ class Gate:
         featurizer = UnitFeaturizer.from_state_dict(config["featurizer"]) if config.get("lexical") else None
         tokens = TokenBuilder(bool(config["bridge"]), bool(config["lexical"]), featurizer, scales["unit"],
                               scales["provenance"])
-        model = SetModel(int(config["unit_dim"]), int(config["provenance_dim"]), SetModelConfig(**config["set_model"]))
+        model = SetModel(int(config["unit_dim"]), int(config["provenance_dim"]), SetModelConfig(**config["set_model"]),
+                         tuple(config.get("states", STATES)))
         model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
         return cls(config, (encoders[0], encoders[1]), bi, tokens, model.to(device).eval())
 
@@ -180,7 +181,7 @@ class Gate:
         window = self.encoders[0].config.max_length
         cut = [int(self.encoders[0].truncated([Pair(v.question, unit_string(u.title, u.text))
                                                 for u in v.units]).sum()) for v in variants]
-        return [GateOutput(float(out.unsafe_prob[i]), {s: float(p) for s, p in zip(STATES, out.state_prob[i],
+        return [GateOutput(float(out.unsafe_prob[i]), {s: float(p) for s, p in zip(out.states, out.state_prob[i],
                                                                                     strict=True)},
                            [float(x) for x in out.unit_prob[i]], float(out.missing_count[i]), cut[i], window)
                 for i in range(len(variants))]

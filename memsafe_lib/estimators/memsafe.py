@@ -26,7 +26,7 @@ from memsafe_lib.estimators.controls import Predictions, provenance_stats, witho
 from memsafe_lib.estimators.lexset import UnitFeaturizer
 from memsafe_lib.estimators.selection import select
 from memsafe_lib.estimators.setmodel import SetModel, SetModelConfig, TrainLog, predict_sets, train_set_model
-from memsafe_lib.variants.construction import STATES, Variant
+from memsafe_lib.variants.construction import STATES, Variant, states_of
 
 
 class MissingEncodingError(KeyError):
@@ -105,8 +105,8 @@ def provenance_rows(variants: Sequence[Variant], dropout: float = 0.0) -> np.nda
     return np.array([provenance_stats(without_provenance(v) if dropped(v) else v) for v in variants])
 
 
-def targets(variants: Sequence[Variant]) -> dict[str, Any]:
-    return {"unsafe": [float(v.unsafe) for v in variants], "state": [STATES.index(v.state) for v in variants],
+def targets(variants: Sequence[Variant], states: tuple[str, ...] = STATES) -> dict[str, Any]:
+    return {"unsafe": [float(v.unsafe) for v in variants], "state": [states.index(v.state) for v in variants],
             "evidence": [np.array([u.is_evidence for u in v.units], np.float32) for v in variants],
             "missing": [float(v.missing_count) for v in variants]}
 
@@ -141,14 +141,16 @@ class MemSafe:
         self.tokens = TokenBuilder(bridge=self.bridge, lexical=self.base.use_lexical).fit(
             train, enc, self.provenance_dropout)
         units, prov = self.tokens(train, enc, self.provenance_dropout)
-        y = targets(train)
+        states = states_of(train)
+        y = targets(train, states)
         val = None
         if validation:
             vu, vp = self.tokens(validation, lookup(self.encodings, validation))
             val = (vu, vp, np.array([v.unsafe for v in validation]), [v.state for v in validation])
 
         def fit_one(point: dict[str, Any]) -> tuple[SetModel, TrainLog]:
-            return train_set_model(units, prov, y, replace(self.base, **point), self.seed, val, device=self.device)
+            return train_set_model(units, prov, y, replace(self.base, **point), self.seed, val, device=self.device,
+                                   states=states)
 
         chosen = select(list(self.grid), fit_one, lambda m, vs: self._predict_with(m[0], vs), validation)
         (self.model, self.log), point = chosen.model, chosen.config

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
-from memsafe_lib.variants.construction import STATES, Variant
+from memsafe_lib.variants.construction import Variant, present_states
 
 M = TypeVar("M")
 
@@ -30,7 +30,7 @@ def validation_scores(
 ) -> tuple[float, float]:
     preds = predict(validation)
     states = [v.state for v in validation]
-    labels = [s for s in STATES if s in set(states)]
+    labels = present_states(states)
     return (unsafe_auroc([v.unsafe for v in validation], preds.unsafe_prob),
             macro_f1(states, list(preds.state), labels))
 

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
-from memsafe_lib.variants.construction import STATES
+from memsafe_lib.variants.construction import STATES, present_states
 
 
 @dataclass(frozen=True)
@@ -103,10 +103,13 @@ class _FeedForward(nn.Module):
 
 
 class SetModel(nn.Module):
-    def __init__(self, unit_dim: int, provenance_dim: int, config: SetModelConfig = SetModelConfig()) -> None:
+    def __init__(self, unit_dim: int, provenance_dim: int, config: SetModelConfig = SetModelConfig(),
+                 states: tuple[str, ...] = STATES) -> None:
         super().__init__()
         w = config.width
         self.config = config
+        self.states = tuple(states)
+        """The state head's classes, in order (QA: three; clinical: four, with ``stale``)."""
         self.unit_in = nn.Sequential(nn.Linear(unit_dim, w), nn.LayerNorm(w), nn.Dropout(config.dropout))
         self.query = nn.Parameter(torch.randn(w) * 0.02)
         self.provenance_in = nn.Linear(provenance_dim, w)
@@ -119,7 +122,7 @@ class SetModel(nn.Module):
             self.pool = nn.Sequential(nn.Linear(2 * w, w), nn.GELU())
         self.norm = nn.LayerNorm(w)
         self.unsafe_head = nn.Linear(w, 1)
-        self.state_head = nn.Linear(w, len(STATES))
+        self.state_head = nn.Linear(w, len(self.states))
         self.count_head = nn.Linear(w, 1)
         self.unit_head = nn.Linear(w, 1)
 
@@ -159,10 +162,11 @@ class SetOutputs:
     state_prob: np.ndarray
     unit_prob: list[np.ndarray]
     missing_count: np.ndarray
+    states: tuple[str, ...] = STATES
 
     @property
     def state(self) -> np.ndarray:
-        return np.array([STATES[i] for i in self.state_prob.argmax(1)], dtype=object)
+        return np.array([self.states[i] for i in self.state_prob.argmax(1)], dtype=object)
 
 
 @torch.no_grad()
@@ -172,7 +176,7 @@ def predict_sets(model: SetModel, units: Sequence[np.ndarray], provenance: np.nd
     device = next(model.parameters()).device
     order = np.argsort([len(u) for u in units], kind="stable")  # similar sizes share a batch
     unsafe = np.zeros(len(units), np.float32)
-    states = np.zeros((len(units), len(STATES)), np.float32)
+    states = np.zeros((len(units), len(model.states)), np.float32)
     count = np.zeros(len(units), np.float32)
     unit_prob: list[np.ndarray] = [np.empty(0)] * len(units)
     for i in range(0, len(order), batch_size):
@@ -185,7 +189,7 @@ def predict_sets(model: SetModel, units: Sequence[np.ndarray], provenance: np.nd
         probs = torch.sigmoid(out["unit"]).numpy()
         for k, j in enumerate(idx):
             unit_prob[j] = probs[k, :len(units[j])]
-    return SetOutputs(unsafe, states, unit_prob, count)
+    return SetOutputs(unsafe, states, unit_prob, count, model.states)
 
 
 @dataclass
@@ -197,7 +201,7 @@ class TrainLog:
 def train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, targets: dict[str, Any],
                     config: SetModelConfig, seed: int,
                     validation: tuple[Sequence[np.ndarray], np.ndarray, np.ndarray, list[str]] | None = None,
-                    device: str = "cpu") -> tuple[SetModel, TrainLog]:
+                    device: str = "cpu", states: tuple[str, ...] = STATES) -> tuple[SetModel, TrainLog]:
     """Train with AdamW; keep the epoch with the best validation AUROC (macro-F1 tie-break).
 
     ``validation`` = (units, provenance, unsafe labels, state labels). Deterministic for a
@@ -205,7 +209,7 @@ def train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, targets
     where the model trains (initialised on CPU first, so a seed gives the same start anywhere).
     """
     torch.manual_seed(seed)
-    model = SetModel(units[0].shape[1], provenance.shape[1], config).to(device)
+    model = SetModel(units[0].shape[1], provenance.shape[1], config, states).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     rng = np.random.default_rng(seed)
     n = len(units)
@@ -229,7 +233,7 @@ def train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, targets
         row = {"epoch": epoch + 1, "train_loss": total / n}
         if validation is not None:
             out = predict_sets(model, validation[0], validation[1])
-            labels = [s for s in STATES if s in set(validation[3])]
+            labels = present_states(validation[3])
             row["validation_auroc"] = unsafe_auroc(validation[2], out.unsafe_prob)
             row["validation_macro_f1"] = macro_f1(validation[3], list(out.state), labels)
             key = (row["validation_auroc"], row["validation_macro_f1"])

@@ -12,7 +12,7 @@ from memsafe_lib.estimators.controls import CONTROLS, Estimator, Predictions
 from memsafe_lib.estimators.registry import make_model
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
 from memsafe_lib.measures.proposition import size_only_auroc, size_only_bound
-from memsafe_lib.variants.construction import STATES, ConstructionResult, Variant, by_split, multiplicities
+from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split, multiplicities, present_states
 
 
 @dataclass
@@ -25,7 +25,7 @@ class ControlResult:
     def row(self, dataset: str, construction: str) -> dict[str, Any]:
         unsafe = [v.unsafe for v in self.variants]
         states = [v.state for v in self.variants]
-        labels = [s for s in STATES if s in set(states)]
+        labels = present_states(states)
         return {
             "dataset": dataset,
             "construction": construction,

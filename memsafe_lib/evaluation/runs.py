@@ -40,7 +40,7 @@ from memsafe_lib.measures.metrics import (
 )
 from memsafe_lib.measures.risk_coverage import selective_report
 from memsafe_lib.progress import log, step
-from memsafe_lib.variants.construction import STATES, ConstructionResult, Variant, by_split
+from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split, present_states, states_of
 from memsafe_lib.variants.store import build
 from memsafe_lib.variants.supervision import training_subset, with_silver_training
 
@@ -63,7 +63,7 @@ def split_metrics(variants: Sequence[Variant], preds: Predictions) -> dict[str, 
     """Every per-split metric of the paper for one model's predictions."""
     unsafe = [v.unsafe for v in variants]
     states = [v.state for v in variants]
-    labels = [s for s in STATES if s in set(states)]
+    labels = present_states(states)
     row: dict[str, Any] = {
         "n_variants": len(variants),
         "n_base_queries": len({v.base_id for v in variants}),
@@ -159,7 +159,8 @@ def evaluate(
                             "coverage_ceiling": sel["coverage_ceiling"], "aurc_min": sel["aurc_min"]})
                 taxonomy[f"{model}/{seed}"] = error_taxonomy(
                     [v.state for v in variants], list(preds.state),
-                    [v.n_evidence - v.missing_count for v in variants])
+                    [v.n_evidence - v.missing_count for v in variants],
+                    labels=list(states_of(variants)))
             rows.append(row)
             for i, v in enumerate(variants):
                 pred_rows.append({

@@ -21,6 +21,20 @@ from memsafe_lib.data.records import BaseQuery, Exclusion, LoadResult, LoadSumma
 COMPLETE, MISSING, RELATION_LOST, STALE = "complete", "missing", "relation_lost", "stale"
 STATES: tuple[str, ...] = (COMPLETE, MISSING, RELATION_LOST)
 """QA integrity states; ``stale`` occurs only in the clinical data."""
+ALL_STATES: tuple[str, ...] = (*STATES, STALE)
+"""Every integrity state, in the order tables and state heads list them."""
+
+
+def states_of(variants: Iterable[Variant]) -> tuple[str, ...]:
+    """The state set a model of these variants predicts: the QA three, plus ``stale`` where a
+    variant has it (the clinical data)."""
+    return ALL_STATES if any(v.state == STALE for v in variants) else STATES
+
+
+def present_states(states: Iterable[str]) -> list[str]:
+    """The states that occur, in :data:`ALL_STATES` order (the labels of a macro F1)."""
+    seen = set(states)
+    return [s for s in ALL_STATES if s in seen]
 
 CONSTRUCTIONS: tuple[str, ...] = ("size-matched", "deletion", "family-b", "native")
 

@@ -1,0 +1,111 @@
+"""MIMIC-IV readers and the clinical construction on synthetic tables in the official layout
+(never real rows), and aggregate checks on the open demo when it is present."""
+
+from __future__ import annotations
+
+import gzip
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from memsafe_lib.data import mimic as M
+from memsafe_lib.errors import DataFormatError
+from memsafe_lib.variants import clinical as CL
+from memsafe_lib.variants.construction import by_split
+
+
+def _write(path: Path, header: str, rows: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as fh:
+        fh.write(header + "\n" + "".join(r + "\n" for r in rows))
+    return path
+
+
+def synthetic_omr(root: Path, patients: int = 6, visits: int = 5) -> Path:
+    """Synthetic patients (ids 9000+), a weight, a BMI and a blood pressure per visit."""
+    rows = []
+    for p in range(patients):
+        for v in range(visits):
+            day = f"2150-0{1 + v}-1{p % 9}"
+            rows += [f"{9000 + p},{day},1,Weight (Lbs),{150 + p + v}", f"{9000 + p},{day},1,BMI (kg/m2),{20 + v}.5",
+                     f"{9000 + p},{day},1,Blood Pressure,{110 + v}/{70 + p}"]
+    rows += ["9000,2150-01-10,2,Weight (Lbs),151", "9001,,1,Weight (Lbs),160", "9002,2150-02-11,1,Height (Inches),tall"]
+    return _write(root / "mimic-iv-demo" / "2.2" / "hosp" / "omr.csv.gz",
+                  "subject_id,chartdate,seq_num,result_name,result_value", rows)
+
+
+def test_omr_rows_are_events_or_exclusions_with_reasons(tmp_path: Path) -> None:
+    synthetic_omr(tmp_path)
+    load = M.load_clinical("mimic-omr", tmp_path)
+    assert load.raw_records == 6 * 5 * 3 + 3 == len(load.events) + len(load.exclusions)
+    assert Counter(e.reason for e in load.exclusions) == {M.DUPLICATE: 1, M.MISSING_TIME: 1, M.NON_NUMERIC: 1}
+    assert all(e.record_id.startswith("row ") for e in load.exclusions)  # rows, never persons
+    bp = next(e for e in load.events if e.measurement == "Blood Pressure")
+    assert bp.unit == "mmHg" and "/" in bp.text_value and bp.value >= 110
+    weight = next(e for e in load.events if e.measurement == "Weight")
+    assert weight.unit == "Lbs" and weight.text().startswith("Day ")
+    assert {e.patient for e in load.events} == {f"p{i:03d}" for i in range(6)}  # pseudonyms only
+    assert min(e.day for e in load.events if e.patient == "p000") == 0
+
+
+def test_a_table_without_the_official_columns_names_file_and_field(tmp_path: Path) -> None:
+    path = _write(tmp_path / "mimic-iv-demo" / "2.2" / "hosp" / "omr.csv.gz", "subject_id,chartdate,value", ["1,x,2"])
+    with pytest.raises(DataFormatError) as err:
+        M.load_clinical("mimic-omr", tmp_path)
+    assert str(path) in str(err.value) and "seq_num" in str(err.value)
+    with pytest.raises(FileNotFoundError, match="mimic-iv-demo"):
+        M.load_clinical("mimic-labs", tmp_path / "nowhere")
+
+
+def test_clinical_states_are_size_matched_and_exact(tmp_path: Path) -> None:
+    synthetic_omr(tmp_path, patients=8, visits=6)
+    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=5)
+    by_base: dict[str, dict[str, object]] = {}
+    for v in result.variants:
+        by_base.setdefault(v.base_id, {})[v.state] = v
+    assert by_base and all(len({len(v.units) for v in states.values()}) == 1 for states in by_base.values())
+    for base, states in by_base.items():
+        kind = base.rsplit("-", 1)[1]
+        assert set(states) == ({"complete", "missing", "stale", "relation_lost"} if kind == "change"
+                               else {"complete", "missing", "stale"})
+        complete, stale, missing = states["complete"], states["stale"], states["missing"]
+        g = 2 if kind == "change" else 1
+        assert complete.missing_count == 0 and sum(u.is_evidence for u in complete.units) == g
+        assert missing.missing_count == g and not any(u.is_evidence for u in missing.units)
+        q = complete.question
+        measurement = (q.split("most recent ")[1].rstrip("?") if kind == "latest"
+                       else q.split("patient's ")[1].split(" change between")[0])
+        assert not any(u.text.split(": ", 1)[1].startswith(measurement + " ") for u in missing.units)
+        # stale: the newest evidence event is gone, an older value of the same measurement is there
+        assert stale.missing_count >= 1 and any(u.text.split(": ", 1)[1].startswith(measurement + " ")
+                                                for u in stale.units)
+        day = int(complete.question.split("day ")[1].split(",")[0])
+        assert all(int(u.text.split(":")[0].split()[1]) <= day for v in states.values() for u in v.units)
+        if kind == "change":
+            rl = states["relation_lost"]
+            assert rl.missing_count == 1 and sum(u.is_evidence for u in rl.units) == 1
+    splits = by_split(result.variants)
+    patients = {s: {v.base_id.split("-")[0] for v in vs} for s, vs in splits.items()}
+    assert all(not (patients[a] & patients[b]) for a in patients for b in patients if a < b)  # split by patient
+
+
+def test_question_cap_and_patient_fraction_are_deterministic(tmp_path: Path) -> None:
+    synthetic_omr(tmp_path, patients=8, visits=6)
+    load = M.load_clinical("mimic-omr", tmp_path)
+    a = CL.build_clinical(load, memory_size=5, question_cap=10)
+    b = CL.build_clinical(load, memory_size=5, question_cap=10)
+    assert [v.variant_id for v in a.variants] == [v.variant_id for v in b.variants]
+    assert len({v.base_id for v in a.variants}) == 10
+    half = CL.build_clinical(load, memory_size=5, patient_fraction=0.5)
+    assert 0 < len({v.base_id.split("-")[0] for v in half.variants}) < 8
+    assert Counter(e.reason for e in half.exclusions)[CL.NOT_SAMPLED] >= 1
+
+
+@pytest.mark.usefixtures("real_data")
+def test_the_demo_builds_and_adds_up() -> None:
+    """Aggregates only: every OMR row is used or excluded, and every state occurs."""
+    load = M.load_clinical("mimic-omr")
+    assert load.raw_records == len(load.events) + len(load.exclusions) > 2000
+    result = CL.build_clinical(load, memory_size=6, question_cap=400)
+    assert set(Counter(v.state for v in result.variants)) == {"complete", "missing", "stale", "relation_lost"}
