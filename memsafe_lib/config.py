@@ -45,13 +45,14 @@ NB02_TRAINING = "02_training"
 NB03_ABLATIONS = "03_ablations"
 NB04_TRANSFER = "04_transfer"
 NB05_SELECTIVE = "05_selective"
+NB07_CLINICAL = "07_clinical"
 EVALUATE = "evaluate"
 GATES = "gates"
 BENCH = "bench"
 VARIANTS = "variants"
 SCRATCH = "scratch"
-FOLDERS: tuple[str, ...] = (NB01_AUDIT, NB02_TRAINING, NB03_ABLATIONS, NB04_TRANSFER, NB05_SELECTIVE, EVALUATE,
-                            GATES, BENCH, VARIANTS)
+FOLDERS: tuple[str, ...] = (NB01_AUDIT, NB02_TRAINING, NB03_ABLATIONS, NB04_TRANSFER, NB05_SELECTIVE,
+                            NB07_CLINICAL, EVALUATE, GATES, BENCH, VARIANTS)
 LEDGER_FILE = "ledger.jsonl"
 RUN_TIMES_FILE = "run_times.csv"
 
@@ -148,6 +149,31 @@ class NeuralBudget:
 
 
 @dataclass(frozen=True)
+class ClinicalBudget:
+    """The clinical construction at a scale (notebook 07)."""
+
+    question_cap: int | None = None
+    """Base questions per clinical dataset (salted-hash order); None keeps every one."""
+    patient_fraction: float = 1.0
+    memory_sizes: tuple[tuple[str, int], ...] = (("mimic-omr", 6), ("mimic-labs", 8))
+    """Units per clinical memory, per dataset (outpatient records are sparser than labs)."""
+    curve_caps: tuple[int, ...] = (250, 500, 1000, 2000)
+    """Question caps of the clinical learning curve (patient fraction fixed)."""
+
+    def memory_size(self, dataset: str) -> int:
+        return dict(self.memory_sizes).get(dataset, 8)
+
+
+def private_cache_dir(scale: ScaleConfig, *parts: str) -> Path:
+    """Caches derived from personal data (Stage A encodings of clinical memories): outside
+    ``artifacts/`` (``MEMSAFE_PRIVATE_CACHE``, default ``~/.cache/memsafe``), never committed."""
+    root = Path(os.environ.get("MEMSAFE_PRIVATE_CACHE", "~/.cache/memsafe")).expanduser()
+    path = root.joinpath(scale.name, *parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
 class ScaleConfig:
     """What a scale means. One code path serves all three; only these numbers change."""
 
@@ -159,6 +185,7 @@ class ScaleConfig:
     datasets: tuple[str, ...] = FAMILY_A_DATASETS
     description: str = ""
     neural: NeuralBudget = field(default_factory=NeuralBudget)
+    clinical: ClinicalBudget = field(default_factory=ClinicalBudget)
 
     def with_encoder(self, encoder: str | None) -> ScaleConfig:
         """The same scale with another Stage A start (``--encoder``, a notebook's ``encoder``
@@ -212,6 +239,7 @@ SCALES: dict[str, ScaleConfig] = {
                             finetune_max_pairs=192, stage_b_epochs=8,
                             full_grid=False, concat_max_train=48, concat_max_length=256,
                             judge_max_base_queries=2),
+        clinical=ClinicalBudget(question_cap=120, curve_caps=(30, 60, 90)),
     ),
     "cpu": ScaleConfig(
         name="cpu",
@@ -227,6 +255,7 @@ SCALES: dict[str, ScaleConfig] = {
         neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=128,
                             finetune_max_pairs=4000, finetune_lr=1e-4,
                             concat_max_train=120, judge_max_base_queries=6),
+        clinical=ClinicalBudget(question_cap=3000),
     ),
     "paper": ScaleConfig(
         name="paper",

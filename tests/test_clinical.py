@@ -109,3 +109,57 @@ def test_the_demo_builds_and_adds_up() -> None:
     assert load.raw_records == len(load.events) + len(load.exclusions) > 2000
     result = CL.build_clinical(load, memory_size=6, question_cap=400)
     assert set(Counter(v.state for v in result.variants)) == {"complete", "missing", "stale", "relation_lost"}
+
+
+def test_rule_and_clinical_features_read_what_the_construction_wrote(tmp_path: Path) -> None:
+    from memsafe_lib.estimators.clinical import ClinicalRule, asked_units, parse_question, recency_age
+    from memsafe_lib.estimators.registry import make_model
+    from memsafe_lib.measures.metrics import unsafe_auroc
+
+    synthetic_omr(tmp_path, patients=12, visits=7)
+    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=5)
+    for v in result.variants[:40]:
+        q = parse_question(v.question)
+        assert q is not None and q.kind in ("latest", "change")
+        asked = asked_units(v)
+        if v.state == "missing":
+            assert asked == [] and recency_age(v) >= 10_000
+        if v.state == "complete":
+            assert len(asked) >= (2 if q.kind == "change" else 1)
+    complete = [v for v in result.variants if v.state == "complete"]
+    stale = {v.base_id: v for v in result.variants if v.state == "stale"}
+    assert all(recency_age(stale[v.base_id]) > recency_age(v) for v in complete)  # stale is older, by construction
+    rule = ClinicalRule().fit(result.variants)
+    preds = rule.predict(result.variants)
+    assert unsafe_auroc([v.unsafe for v in result.variants], preds.unsafe_prob) > 0.8
+    lexset = make_model("lexset", 17).fit([v for v in result.variants if v.split == "train"])
+    assert lexset._set_groups[-1].__name__ == "clinical_set_features"  # the clinical group joins on clinical data
+
+
+@pytest.mark.usefixtures("real_data")
+def test_no_demo_subject_id_in_artifacts_or_notebook_outputs() -> None:
+    """Data-use rule: no MIMIC subject id in anything under artifacts/ (committed results,
+    executed notebooks, the smoke run of this test session) or in the README and report."""
+    import csv
+    import re
+
+    from memsafe_lib import config
+
+    ids_file = M.find_table("omr").parents[1] / "demo_subject_id.csv"
+    with open(ids_file, newline="") as fh:
+        ids = sorted({row["subject_id"] for row in csv.DictReader(fh)})
+    assert len(ids) == 100
+    pattern = re.compile(r"(?<![\d.])(?:" + "|".join(map(re.escape, ids)) + r")(?!\d)")
+    roots = [config.REPO_ROOT / "artifacts", config.REPO_ROOT / "paper", config.REPO_ROOT / "README.md"]
+    scanned, hits = 0, []
+    for root in roots:
+        for path in ([root] if root.is_file() else root.rglob("*")):
+            if not path.is_file() or ".cache" in path.parts or path.suffix in {".png", ".safetensors", ".pkl", ".sqlite"}:
+                continue
+            raw = path.read_bytes()
+            if path.name.endswith(".gz"):
+                raw = gzip.decompress(raw)
+            scanned += 1
+            if pattern.search(raw.decode("utf-8", errors="ignore")):
+                hits.append(str(path.relative_to(config.REPO_ROOT)))
+    assert scanned > 10 and hits == [], f"subject ids found in {hits}"

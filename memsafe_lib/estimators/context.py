@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from memsafe_lib import config
-from memsafe_lib.config import NeuralBudget, ScaleConfig, encoder_seed_for
+from memsafe_lib.config import NeuralBudget, ScaleConfig, encoder_seed_for, private_cache_dir
+from memsafe_lib.data.mimic import CLINICAL_DATASETS
 from memsafe_lib.encodings.encoders import VariantEncoding
 from memsafe_lib.encodings.stagea import StageAResult
 from memsafe_lib.estimators.setmodel import SetModelConfig
@@ -17,7 +18,10 @@ from memsafe_lib.estimators.setmodel import SetModelConfig
 
 def model_cache_dir(scale: ScaleConfig, dataset: str) -> Path:
     """Per-dataset model caches (Stage A fold encoders and encodings, the concatenated
-    cross-encoder); not committed."""
+    cross-encoder); not committed. Clinical encodings are derived from a person's
+    measurements, so they live outside ``artifacts/`` (:func:`config.private_cache_dir`)."""
+    if dataset in CLINICAL_DATASETS:
+        return private_cache_dir(scale, "models", dataset)
     return scale.cache_dir(config.NB02_TRAINING) / dataset
 
 

@@ -216,10 +216,14 @@ class LexSet:
     deterministic: bool = False
     unit_groups: tuple[UnitGroup, ...] = UNIT_FEATURE_GROUPS
     set_groups: tuple[SetGroup, ...] = SET_FEATURE_GROUPS
+    construction_groups: dict[str, tuple[UnitGroup, SetGroup]] = field(default_factory=dict)
+    """Extra (unit, set) feature groups used only when the training variants come from that
+    construction (clinical: numeric trend, position and gap features)."""
     grid: tuple[dict[str, Any], ...] = GRID
     config: dict[str, Any] = field(default_factory=dict)
     selection_scores: list[dict[str, Any]] = field(default_factory=list)
     _features: UnitFeaturizer | None = None
+    _set_groups: tuple[SetGroup, ...] = SET_FEATURE_GROUPS
     _unit_model: HistGradientBoostingClassifier | None = None
     _heads: _SetHeads | None = None
 
@@ -234,7 +238,7 @@ class LexSet:
         return self._features.unit_matrix(view)
 
     def _set_row(self, view: MemoryView, scores: np.ndarray) -> list[float]:
-        return [x for g in self.set_groups for x in g(view, scores)]
+        return [x for g in self._set_groups for x in g(view, scores)]
 
     # -- unit model
 
@@ -270,7 +274,10 @@ class LexSet:
             return self._fit(train, validation)
 
     def _fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None) -> LexSet:
-        self._features = UnitFeaturizer(self.unit_groups).fit(train)
+        extra = self.construction_groups.get(train[0].construction) if train else None
+        unit_groups = (*self.unit_groups, extra[0]) if extra else self.unit_groups
+        self._set_groups = (*self.set_groups, extra[1]) if extra else self.set_groups
+        self._features = UnitFeaturizer(unit_groups).fit(train)
         views = self._views(train)
         train_scores = self._crossfit_train_scores(views)
         self._unit_model = self._fit_unit_model(views)

@@ -11,17 +11,21 @@ from collections.abc import Callable, Sequence
 
 from memsafe_lib.config import PAPER_SEEDS
 from memsafe_lib.estimators.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf
+from memsafe_lib.estimators.clinical import ClinicalRule, clinical_set_features, clinical_unit_features
 from memsafe_lib.estimators.concat import ConcatConfig, ConcatCrossEncoder
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import CONTROLS, Estimator
 from memsafe_lib.estimators.lexset import LexSet
 from memsafe_lib.estimators.memsafe import MemSafe, RelevanceAggregation
+from memsafe_lib.variants.clinical import CLINICAL
 
 MODELS: dict[str, Callable[[int], Estimator]] = {
     **{name: (lambda seed, f=factory: f()) for name, factory in CONTROLS.items()},
     "tfidf": lambda seed: FlatTfidf(),
     "sc_tfidf": lambda seed: SufficientContextTfidf(),
-    "lexset": lambda seed: LexSet(seed=seed),
+    "lexset": lambda seed: LexSet(seed=seed, construction_groups={
+        CLINICAL: (clinical_unit_features, clinical_set_features)}),
+    "clinical_rule": lambda seed: ClinicalRule(),
     "retrieval_sim": lambda seed: RetrievalSimilarity(),
 }
 

@@ -177,7 +177,7 @@ def evaluate(
 def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], scale: ScaleConfig,
                    construction: str = "size-matched", progress: bool = True,
                    device: str | None = None, folder: str = config.EVALUATE, supervision: str = "gold",
-                   train_fraction: float = 1.0) -> dict[str, Path]:
+                   train_fraction: float = 1.0, question_cap: int | None = None) -> dict[str, Path]:
     """Everything ``memsafe evaluate`` does: build, (run Stage A,) fit, score, write, ledger.
 
     Results go to ``<folder>/<dataset>/<construction>/`` (notebook 03 keeps its ablations
@@ -186,7 +186,7 @@ def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], sc
     trains on answer-matched per-unit targets, ``train_fraction`` on a nested hash subset of
     the training questions; either changes the construction's name (``size-matched-silver``,
     ``size-matched-train25``) and so where results and caches go."""
-    loaded, result = build(dataset, construction, scale)
+    loaded, result = build(dataset, construction, scale, question_cap=question_cap)
     if supervision not in ("gold", "silver"):
         raise ValueError(f"supervision must be 'gold' or 'silver', not {supervision!r}")
     if supervision == "silver":
