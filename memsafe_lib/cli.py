@@ -31,6 +31,7 @@ from memsafe_lib.reporting.paper_report import update_documents
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import CONSTRUCTIONS, accounting, construct, default_construction
 from memsafe_lib.variants.store import build
+from memsafe_lib.verify import verify
 
 
 def _scale(args: argparse.Namespace) -> ScaleConfig:
@@ -187,6 +188,12 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    result = verify(_scale(args))
+    print(result.report())
+    return 0 if result.ok else 1
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     for out in update_documents():
         print(f"updated {out}")
@@ -271,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", default="memsafe")
     _add_scale(p)
     p.set_defaults(func=cmd_notebook)
+
+    p = sub.add_parser("verify", help="check that artifacts/<scale>/ match the ledger, cover the scale's runs, and "
+                                      "that the report's generated blocks are current")
+    p.add_argument("--scale", choices=sorted(config.SCALES), default=config.DEFAULT_SCALE)
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("report", help="refresh the generated tables in paper/REPORT.md and README.md from artifacts/")
     _add_record(p)

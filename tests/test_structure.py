@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("reporting",),
     ("gate",),
     ("notebooks",),
+    ("verify",),
     ("cli",),
 )
 """Top to bottom, the order data flows in; a module imports only from its own layer or above."""

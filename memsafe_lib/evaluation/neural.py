@@ -22,7 +22,7 @@ from memsafe_lib.estimators.context import NeuralContext, model_cache_dir
 from memsafe_lib.estimators.memsafe import MemSafe
 from memsafe_lib.estimators.setmodel import GRID, SetModelConfig
 from memsafe_lib.io import atomic_open
-from memsafe_lib.ledger import code_fingerprint
+from memsafe_lib.ledger import code_fingerprint, record_run
 from memsafe_lib.progress import log, step
 from memsafe_lib.variants.construction import ConstructionResult, by_split
 from memsafe_lib.variants.store import build
@@ -63,7 +63,7 @@ def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = Tru
         if saved.get("code") == code_fingerprint():
             log(f"Stage B grid: reusing the selection in {saved_meta} ({saved['selected']})")
             return dict(saved["selected"])
-    _, result = build(GRID_DATASET, "size-matched", scale)
+    loaded, result = build(GRID_DATASET, "size-matched", scale)
     seed = budget.encoder_seeds[0]
     encodings = stage_a_for(result, scale, seed, device, progress).encodings
     splits = by_split(result.variants)
@@ -77,6 +77,9 @@ def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = Tru
     with atomic_open(meta, "w") as fh:
         json.dump({"code": code_fingerprint(), "selected": selected, "dataset": GRID_DATASET, "seed": seed,
                    "rule": "validation unsafe AUROC, macro-F1 tie-break, then grid order"}, fh, indent=2)
+    record_run("stage-b-grid", scale, raw_files=loaded.files, outputs=[path, meta],
+               settings={"dataset": GRID_DATASET, "seed": seed, "grid": list(GRID), "budget": asdict(budget)},
+               metrics={"selected": selected})
     return selected
 
 

@@ -1,0 +1,167 @@
+"""``memsafe verify``: prove that what is committed under ``artifacts/<scale>/`` came from
+ledgered runs of this project, and that the report shows exactly what those artifacts say.
+
+Checks, each failing with the file and what differs:
+
+1. **Outputs.** For every artifact a ledger entry lists as an output, the file exists and its
+   sha256 equals the hash in the *latest* entry that wrote it (a later run may overwrite an
+   earlier one's file; an edit by hand or a half-finished run may not).
+2. **No orphans.** Every result file under ``artifacts/<scale>/`` (caches and the ledger
+   aside) is the output of some entry: nothing in the tree is unaccounted for.
+3. **Fingerprints.** Every entry records code, data and settings fingerprints and a run id.
+4. **Raw files.** Where the raw data are present, every raw file an entry names still has
+   the recorded sha256 (skipped, and said so, without ``MEMSAFE_DATA_DIR``).
+5. **Coverage.** Every (dataset, model, seed) of Table "main" the scale promises has a test
+   metrics row, and every numbered notebook has an executed copy with a ledger entry.
+6. **Report.** The generated blocks of ``paper/REPORT.md`` and ``README.md`` equal what the
+   committed artifacts render to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from memsafe_lib import config
+from memsafe_lib.config import ScaleConfig
+from memsafe_lib.estimators.registry import MODEL_GROUPS, seeds_for
+from memsafe_lib.io import read_csv, sha256_file
+from memsafe_lib.notebooks import available
+from memsafe_lib.reporting.paper_report import GENERATED_DOCUMENTS, render
+
+RESULT_SUFFIXES = (".csv", ".csv.gz", ".json", ".png", ".ipynb")
+UNLEDGERED = {config.LEDGER_FILE}
+"""Files in the tree that are the record itself, not results."""
+
+
+@dataclass
+class Verification:
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def report(self) -> str:
+        lines = [f"checked: {', '.join(f'{k} {v}' for k, v in self.checked.items())}"]
+        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"FAIL: {p}" for p in self.problems] or ["all checks passed"]
+        return "\n".join(lines)
+
+
+def _latest_outputs(entries: Sequence[dict]) -> dict[str, tuple[str, str]]:
+    """artifact path (relative to artifacts/) -> (sha256, kind of the latest entry writing it)."""
+    latest: dict[str, tuple[str, str]] = {}
+    for e in entries:
+        for path, digest in e.get("outputs", {}).items():
+            latest[path] = (digest, e["kind"])
+    return latest
+
+
+def _result_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and ".cache" not in p.parts
+                  and p.name.endswith(RESULT_SUFFIXES) and p.name not in UNLEDGERED and not p.name.startswith("."))
+
+
+def verify(scale: ScaleConfig, *, main_datasets: Sequence[str] | None = None, notebooks: Sequence[str] | None = None,
+           documents: Sequence[Path] | None = None) -> Verification:
+    """Run every check on ``artifacts/<scale>/`` (the committed tree, whatever ``--record``)."""
+    out = Verification()
+    artifacts = config.artifacts_dir()
+    root = scale.recorded_dir
+    ledger_file = root / config.LEDGER_FILE
+    if not ledger_file.exists():
+        out.problems.append(f"{ledger_file}: no ledger; nothing under {root} can be traced")
+        return out
+    entries = read_ledger_at(ledger_file)
+    latest = _latest_outputs(entries)
+    out.checked["ledger entries"] = len(entries)
+
+    # 1. outputs match the latest entry that wrote them
+    for rel, (digest, kind) in sorted(latest.items()):
+        path = artifacts / rel
+        if not rel.startswith(f"{scale.name}/"):
+            continue
+        if not path.exists():
+            out.problems.append(f"{path}: listed by ledger entry {kind!r} but missing")
+        elif sha256_file(path) != digest:
+            out.problems.append(f"{path}: sha256 differs from ledger entry {kind!r} (edited, or written without a "
+                                "ledger entry)")
+    out.checked["artifacts"] = sum(1 for r in latest if r.startswith(f"{scale.name}/"))
+
+    # 2. no orphans
+    listed = set(latest)
+    for path in _result_files(root):
+        rel = path.relative_to(artifacts).as_posix()
+        if rel not in listed:
+            out.problems.append(f"{path}: no ledger entry lists it as an output")
+
+    # 3. fingerprints
+    for i, e in enumerate(entries):
+        fp = e.get("fingerprint", {})
+        missing = [k for k in ("code", "data", "settings", "run") if not fp.get(k)]
+        if missing:
+            out.problems.append(f"{ledger_file}: entry {i + 1} ({e.get('kind')!r}) lacks fingerprint {missing}")
+
+    # 4. raw files
+    data = config.data_dir()
+    raw = {(f["path"], f["sha256"]) for e in entries for f in e.get("raw_files", [])}
+    if raw and any((data / p).exists() for p, _ in raw):
+        for path, digest in sorted(raw):
+            if (data / path).exists() and sha256_file(data / path) != digest:
+                out.problems.append(f"{data / path}: raw file sha256 differs from the ledger's")
+        out.checked["raw files"] = len(raw)
+    elif raw:
+        out.notes.append(f"raw files not under {data}: their hashes were not re-checked")
+
+    # 5. coverage
+    _coverage(scale, root, entries, out, main_datasets, available() if notebooks is None else notebooks)
+
+    # 6. generated documents
+    docs = GENERATED_DOCUMENTS if documents is None else tuple(documents)
+    if docs:
+        for doc in docs:
+            text = doc.read_text(encoding="utf-8")
+            try:
+                fresh = render(text, artifacts)
+            except (FileNotFoundError, ValueError) as exc:
+                out.problems.append(f"{doc}: a generated block cannot be rendered ({exc})")
+                continue
+            if fresh != text:
+                out.problems.append(f"{doc}: generated blocks differ from what the artifacts give "
+                                    "(run `memsafe report --record`)")
+        out.checked["documents"] = len(docs)
+    return out
+
+
+def read_ledger_at(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _coverage(scale: ScaleConfig, root: Path, entries: Sequence[dict], out: Verification,
+              main_datasets: Sequence[str] | None, notebooks: Sequence[str]) -> None:
+    kinds = {e["kind"] for e in entries}
+    for name in notebooks:
+        executed = root / name / f"{name}.ipynb"
+        if not executed.exists():
+            out.problems.append(f"{executed}: notebook {name} has no executed copy at scale {scale.name}")
+        elif f"notebook:{name}" not in kinds:
+            out.problems.append(f"{config.LEDGER_FILE}: no 'notebook:{name}' entry at scale {scale.name}")
+    datasets = list(scale.datasets if main_datasets is None else main_datasets)
+    frames = [read_csv(p) for d in datasets for p in [root / config.EVALUATE / d / "size-matched" / "metrics.csv"]
+              if p.exists()]
+    metrics = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["dataset", "model", "seed", "split"])
+    have = set(zip(metrics.dataset, metrics.model, metrics.seed, metrics.split, strict=True))
+    missing = [f"{d}/{m}/seed {s}" for d in datasets for m in MODEL_GROUPS["all"] for s in seeds_for(m, scale.seeds)
+               if (d, m, s, "test") not in have]
+    if missing:
+        out.problems.append(f"{root / config.EVALUATE}: no test metrics for {len(missing)} promised runs, e.g. "
+                            f"{', '.join(missing[:5])}")
+    out.checked["promised runs"] = sum(len(seeds_for(m, scale.seeds)) for m in MODEL_GROUPS["all"]) * len(datasets)

@@ -1,0 +1,69 @@
+"""memsafe verify: a clean tree passes; each kind of tampering fails naming the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from memsafe_lib import config
+from memsafe_lib.config import SCALES
+from memsafe_lib.ledger import record_run
+from memsafe_lib.verify import verify
+
+SMOKE = SCALES["smoke"]
+
+
+@pytest.fixture
+def tree(isolated_artifacts: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(config.RECORD_ENV, "1")
+    out = SMOKE.output_dir(config.NB05_SELECTIVE)
+    pd.DataFrame({"model": ["memsafe"], "aurc": [0.31]}).to_csv(out / "selective.csv", index=False)
+    record_run("notebook:05_selective", SMOKE, outputs=[out / "selective.csv"])
+    return out
+
+
+def check(**kwargs: object) -> list[str]:
+    return verify(SMOKE, main_datasets=[], notebooks=[], documents=[], **kwargs).problems  # type: ignore[arg-type]
+
+
+def test_a_clean_tree_passes(tree: Path) -> None:
+    assert check() == []
+
+
+def test_an_edited_artifact_fails_naming_it(tree: Path) -> None:
+    (tree / "selective.csv").write_text("model,aurc\nmemsafe,0.10\n")
+    (problem,) = check()
+    assert "selective.csv" in problem and "sha256 differs" in problem
+
+
+def test_a_missing_artifact_and_an_orphan_fail(tree: Path) -> None:
+    (tree / "selective.csv").unlink()
+    (tree / "extra.csv").write_text("a\n1\n")
+    problems = check()
+    assert any("selective.csv" in p and "missing" in p for p in problems)
+    assert any("extra.csv" in p and "no ledger entry" in p for p in problems)
+
+
+def test_an_entry_without_fingerprints_fails(tree: Path) -> None:
+    ledger = SMOKE.ledger_path
+    ledger.write_text(ledger.read_text() + json.dumps({"kind": "hand-made", "outputs": {}}) + "\n")
+    assert any("hand-made" in p and "fingerprint" in p for p in check())
+
+
+def test_a_missing_run_or_notebook_fails(tree: Path) -> None:
+    problems = verify(SMOKE, main_datasets=["musique"], notebooks=["03_ablations"], documents=[]).problems
+    assert any("03_ablations" in p for p in problems)
+    assert any("promised runs" in p and "musique/memsafe/seed 17" in p for p in problems)
+
+
+def test_a_stale_report_block_fails(tree: Path, tmp_path: Path) -> None:
+    doc = tmp_path / "REPORT.md"
+    block = "<!-- memsafe:table smoke/05_selective/selective.csv -->\n{}<!-- /memsafe:table -->\n"
+    doc.write_text(block.format("| model | aurc |\n|---|---|\n| memsafe | 0.3100 |\n"))
+    assert verify(SMOKE, main_datasets=[], notebooks=[], documents=[doc]).problems == []
+    doc.write_text(block.format("| model | aurc |\n|---|---|\n| memsafe | 0.2000 |\n"))
+    (problem,) = verify(SMOKE, main_datasets=[], notebooks=[], documents=[doc]).problems
+    assert str(doc) in problem and "memsafe report --record" in problem
