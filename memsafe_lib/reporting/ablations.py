@@ -38,7 +38,7 @@ def _row(summary: pd.DataFrame, dataset: str, model: str) -> pd.Series | None:
 
 def _interval(intervals: pd.DataFrame, dataset: str, a: str, b: str, metric: str) -> pd.Series | None:
     hit = intervals[(intervals.dataset == dataset) & (intervals.model_a == a) & (intervals.model_b == b)
-                    & (intervals.metric == metric)]
+                    & (intervals.metric == metric) & (intervals.construction == "size-matched")]
     return hit.iloc[0] if len(hit) else None
 
 
