@@ -186,6 +186,10 @@ class ScaleConfig:
     description: str = ""
     neural: NeuralBudget = field(default_factory=NeuralBudget)
     clinical: ClinicalBudget = field(default_factory=ClinicalBudget)
+    notebook_parameters: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
+    """Per notebook, parameter values that replace the parameter cell's defaults at this scale
+    (how a scale narrows a notebook to its time budget); injected by papermill, so the
+    executed notebook shows them."""
 
     def with_encoder(self, encoder: str | None) -> ScaleConfig:
         """The same scale with another Stage A start (``--encoder``, a notebook's ``encoder``

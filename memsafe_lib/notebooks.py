@@ -59,7 +59,8 @@ def run_notebook(name: str, scale: ScaleConfig, *, kernel: str | None = None, ou
             start = time.monotonic()
             with step(f"notebook {name} at scale {scale.name}"):
                 papermill.execute_notebook(
-                    str(src_ipynb), partial, parameters={"scale": scale.name, **(parameters or {})},
+                    str(src_ipynb), partial, parameters={"scale": scale.name, **scale.notebook_parameters.get(name, {}),
+                                                 **(parameters or {})},
                     kernel_name=kernel or default_kernel(), cwd=str(config.notebooks_dir()),
                     progress_bar=sys.stderr.isatty(), stderr_file=sys.stderr,
                 )

@@ -181,3 +181,22 @@ def test_jupyterlab_serves_py_notebooks_as_notebooks_with_our_kernel(tmp_path: P
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_scale_can_narrow_a_notebook_through_its_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_notebook injects the scale's notebook_parameters (then explicit ones) after `scale`."""
+    import shutil
+    from dataclasses import replace
+
+    import papermill
+
+    seen: dict[str, object] = {}
+
+    def fake_execute(source: str, output: str, parameters: dict[str, object], **kwargs: object) -> None:
+        seen.update(parameters)
+        shutil.copyfile(source, output)
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    scale = replace(SCALES["smoke"], notebook_parameters={"05_selective": {"models": ["memsafe"], "alpha": 0.1}})
+    run_notebook("05_selective", scale, parameters={"alpha": 0.2})
+    assert seen == {"scale": "smoke", "models": ["memsafe"], "alpha": 0.2}
