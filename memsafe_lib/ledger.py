@@ -11,6 +11,7 @@ covers them. Entries are appended; the file is rewritten atomically.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.metadata
 import json
 import platform
 import sys
@@ -82,13 +83,35 @@ def record_run(
         **({"inputs": input_hashes} if input_hashes else {}),
         "outputs": _hashes(outputs),
         "metrics": dict(metrics or {}),
-        "environment": {"memsafe": __version__, "python": sys.version.split()[0], "platform": platform.platform()},
+        "environment": environment(),
     }
     path = scale.ledger_path
     previous = path.read_text(encoding="utf-8") if path.exists() else ""
     with atomic_open(path) as fh:
         fh.write(previous + json.dumps(entry, sort_keys=True) + "\n")
     return entry
+
+
+NUMERIC_PACKAGES = ("numpy", "scipy", "scikit-learn", "torch", "transformers", "pandas")
+"""Packages whose builds can move a result in its last digits; their versions go in every entry."""
+
+
+def environment() -> dict[str, Any]:
+    """Where a run happened, enough to explain a last-digit difference between two runs of the
+    same code and data: versions of the numeric packages, the platform and the CPU model."""
+    cpu = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text(errors="ignore").splitlines()
+                    if line.startswith("model name")), "")
+    versions = {}
+    for name in NUMERIC_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"memsafe": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
+            "cpu": cpu or platform.processor(), "packages": versions}
 
 
 def _hashes(files: Iterable[str | Path]) -> dict[str, str]:

@@ -29,3 +29,14 @@ def test_without_inputs_the_data_fingerprint_is_the_raw_files_alone() -> None:
     entry = record_run("evaluate:musique", SCALES["cpu"], raw_files=raw)
     assert entry["fingerprint"]["data"] == data_fingerprint(raw)
     assert "inputs" not in entry
+
+
+def test_entries_record_the_numeric_packages_and_cpu() -> None:
+    import importlib.metadata
+
+    from memsafe_lib.ledger import environment
+
+    env = environment()
+    assert env["packages"]["numpy"] == importlib.metadata.version("numpy")
+    assert env["packages"]["scikit-learn"] == importlib.metadata.version("scikit-learn")
+    assert env["python"] and env["platform"] and "cpu" in env
