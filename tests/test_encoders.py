@@ -75,6 +75,10 @@ def test_each_unique_pair_is_encoded_once_and_cached(fp32: E.CrossEncoder, tmp_p
     reps2, _ = E.encode_pairs(fp32, PAIRS, cache, progress=False, stats=again)
     assert again.encoded == 0 and again.from_cache == 4
     assert np.array_equal(reps2, reps[:4])
+    cache.close()  # a closed cache reopens on use (transfer encodes with a finished run's ranker)
+    after_close = E.EncodeStats()
+    E.encode_pairs(fp32, PAIRS, cache, progress=False, stats=after_close)
+    assert after_close.from_cache == 4
 
 
 def test_encodings_do_not_depend_on_batching(fp32: E.CrossEncoder) -> None:

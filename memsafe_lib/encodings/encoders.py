@@ -196,14 +196,23 @@ class CrossEncoder(nn.Module):
 
 
 class EncodingCache:
-    """(key -> representation, logit) in SQLite; every committed batch survives a kill."""
+    """(key -> representation, logit) in SQLite; every committed batch survives a kill.
+
+    ``close`` releases the file; a later read or write opens it again, so a ranker that
+    outlives its Stage A run (transfer encodes new targets with it) keeps its cache."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.db = sqlite3.connect(path)
+        self._db: sqlite3.Connection | None = None
         self.db.execute("CREATE TABLE IF NOT EXISTS enc (key TEXT PRIMARY KEY, rep BLOB NOT NULL, logit REAL NOT NULL)")
         self.db.commit()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = sqlite3.connect(self.path)
+        return self._db
 
     def get_many(self, keys: Sequence[str]) -> dict[str, tuple[np.ndarray, float]]:
         out: dict[str, tuple[np.ndarray, float]] = {}
@@ -224,7 +233,9 @@ class EncodingCache:
         return int(self.db.execute("SELECT COUNT(*) FROM enc").fetchone()[0])
 
     def close(self) -> None:
-        self.db.close()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
 
 @dataclass

@@ -64,9 +64,9 @@ def ablation_table(summary: pd.DataFrame, intervals: pd.DataFrame, dataset: str 
                 row["unsafe_auroc_sd"] = None if r is None else float(r.unsafe_auroc_sd)
             iv = _interval(intervals, dataset, "memsafe", model, metric) if model != "memsafe" else None
             # the intervals are memsafe minus the row; the table shows the row minus memsafe
-            row[f"delta_{metric}"] = None if iv is None else -float(iv.estimate)
-            row[f"delta_{metric}_lo"] = None if iv is None else -float(iv.hi)
-            row[f"delta_{metric}_hi"] = None if iv is None else -float(iv.lo)
+            row[f"delta_{metric}"] = None if iv is None else 0.0 - float(iv.estimate)
+            row[f"delta_{metric}_lo"] = None if iv is None else 0.0 - float(iv.hi)
+            row[f"delta_{metric}_hi"] = None if iv is None else 0.0 - float(iv.lo)
             ref = paper.get(model, {}).get(metric)
             row[f"paper_{metric}"] = ref
             row[f"paper_delta_{metric}"] = (None if ref is None or model == "memsafe" or metric not in full
