@@ -174,7 +174,7 @@ selective
 # The judge reads the question and the whole memory and is asked whether the memory holds
 # all the evidence; its unsafe score is P(No) / (P(Yes) + P(No)) at the answer position,
 # zero-shot. The paper used Qwen2.5-7B-Instruct on 1,000 MuSiQue test questions; offline we
-# have SmolLM2-135M-Instruct (about 1/50 of its size, Q4_1 weights dequantised) and score
+# have SmolLM2-135M-Instruct (about 1/50 of its size, Q4_1 weights run by llama.cpp) and score
 # only the first test questions in salted-hash order (`judge_max_base_queries` above), so
 # its AUROC rests on few variants. The other rows are the evaluated models on exactly the
 # same variants (seed means).

@@ -3,6 +3,8 @@ comparisons on the judged subset checked against scikit-learn."""
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import numpy as np
@@ -71,22 +73,30 @@ def test_judge_subset_is_whole_questions_in_hash_order(variants: list[C.Variant]
 
 
 def test_resolve_llm_passes_paths_and_hub_ids_through() -> None:
-    assert J.resolve_llm("Qwen/Qwen2.5-7B-Instruct") == ("Qwen/Qwen2.5-7B-Instruct", None)
-    path, gguf = J.resolve_llm(J.PACKAGED_SMOLLM2)
-    assert gguf == J.SMOLLM2_GGUF and (Path(path) / gguf).is_file()
+    assert J.resolve_llm("Qwen/Qwen2.5-7B-Instruct") == ("transformers", "Qwen/Qwen2.5-7B-Instruct")
+    backend, path = J.resolve_llm(J.PACKAGED_SMOLLM2)
+    assert backend == "llama.cpp" and Path(path).is_file() and path.endswith(".gguf")
+
+
+def test_yes_no_mass_sums_every_spelling_by_hand() -> None:
+    top = {"Yes": math.log(0.2), " yes": math.log(0.1), " No": math.log(0.3), "Maybe": math.log(0.4)}
+    p_yes, p_no = J.yes_no_mass(top)
+    assert p_yes == pytest.approx(0.3) and p_no == pytest.approx(0.3)
 
 
 def test_judge_scores_are_ratios_and_cached(variants: list[C.Variant], tmp_path: Path) -> None:
     judge = J.LLMJudge(cache_path=tmp_path / "judge.sqlite")
     scores = judge.scores(variants[:2], progress=False)
     assert ((scores > 0) & (scores < 1)).all()
-    fresh = J.LLMJudge(cache_path=tmp_path / "judge.sqlite")
-    fresh._load()
+    fresh = J.LLMJudge(cache_path=tmp_path / "judge.sqlite", lm=judge.lm)
 
-    def must_not_run(**kwargs: object) -> None:
-        raise AssertionError("a cached prompt was scored again")
+    class MustNotRun:
+        name, fingerprint, n_ctx = judge.lm.name, judge.lm.fingerprint, judge.lm.n_ctx
 
-    fresh._lm = must_not_run
+        def next_token(self, *args: object) -> None:
+            raise AssertionError("a cached prompt was scored again")
+
+    fresh.lm = MustNotRun()  # type: ignore[assignment]
     np.testing.assert_array_equal(fresh.scores(variants[:2], progress=False), scores)
 
 
