@@ -148,3 +148,13 @@ def test_llama_cpp_backend_greedy_text_with_token_logprobs(smollm2: llm.Language
     assert probs.sum() <= 1 + 1e-6
     # the greedy first token is the most likely next token
     assert max(top, key=top.get) and first.token_logprobs[0] == pytest.approx(max(top.values()), abs=1e-4)
+
+
+def test_reader_and_zero_shot_judge_share_the_prompt_prefix_up_to_the_task() -> None:
+    from memsafe_lib.estimators.judge import LLMJudge
+
+    v = variant("q5", question="Which one?")
+    read, judged = reader_messages(v), LLMJudge().messages(v)
+    assert read[0] == judged[0] and len(read) == len(judged) == 2
+    shared = read[1]["content"].split("Which one?")[0]
+    assert judged[1]["content"].startswith(shared + "Which one?")

