@@ -1,0 +1,170 @@
+"""Gating a reader: which memories a gate lets the reader answer, and how often it is wrong.
+
+The reader answers every variant of a hash-chosen sample of test questions; each gate ranks
+the same memories by an unsafe score (lower = answer first). Gates: MemSafe and LexSet (one
+column per seed), flat TF-IDF, the memory-length control, the LLM judge, the reader's own
+sequence confidence (negated: confident = answer first), and the oracle integrity label
+(which is an oracle for evidence, not for answer correctness). ``answer_all`` is the error
+of answering everything.
+
+Everything here works on a frame with one row per memory: ``variant_id``, ``base_id``,
+``state``, ``unsafe``, ``wrong`` (0/1: the reader's answer is not an exact match) and one
+``gate:<name>[:<seed>]`` column per gate score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from memsafe_lib.data.loader import hash_rank
+from memsafe_lib.measures.gating import error_at_coverage
+from memsafe_lib.measures.risk_coverage import aurc
+
+COVERAGES = (0.05, 0.10, 0.25, 0.50)
+"""Table "reader"'s columns."""
+RISK_TARGET = 0.10
+"""The pre-registered criteria's matched risk target."""
+PREVALENCES = (0.20, 0.40, 0.60)
+"""Unsafe prevalences of the sweep (the native rate is added)."""
+
+GATE_MODELS = {"memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF", "text_length": "Memory length"}
+"""Evaluated models used as gates, read from the evaluation's test predictions."""
+
+
+def gate_columns(frame: pd.DataFrame) -> dict[str, list[str]]:
+    """gate name -> its score columns (several for a seeded gate)."""
+    out: dict[str, list[str]] = {}
+    for col in frame.columns:
+        if col.startswith("gate:"):
+            out.setdefault(col.split(":")[1], []).append(col)
+    return out
+
+
+def add_model_gates(frame: pd.DataFrame, predictions: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
+    """One ``gate:<model>:<seed>`` column per seed of each model's test predictions."""
+    test = predictions[predictions.split == "test"]
+    out = frame.copy()
+    for model in models:
+        for seed, group in test[test.model == model].groupby("seed"):
+            scores = group.set_index("variant_id")["unsafe_prob"].reindex(out.variant_id)
+            if scores.isna().any():
+                raise ValueError(f"{model} seed {seed}: no test prediction for {int(scores.isna().sum())} read memories")
+            out[f"gate:{model}:{seed}"] = scores.to_numpy()
+    return out
+
+
+def add_fixed_gates(frame: pd.DataFrame, confidence: str = "confidence", judge: str | None = "judge_score"
+                    ) -> pd.DataFrame:
+    """The oracle label, the reader's negated confidence and (when scored) the judge."""
+    out = frame.copy()
+    out["gate:oracle"] = out["unsafe"].astype(float)
+    out["gate:confidence"] = -out[confidence].astype(float)
+    if judge is not None and judge in out:
+        out["gate:llm_judge"] = out[judge].astype(float)
+    return out
+
+
+def reader_table(frame: pd.DataFrame, coverages: Sequence[float] = COVERAGES) -> pd.DataFrame:
+    """Error among answered memories at each coverage, per gate (mean and sample SD over its
+    seeds), with the answer-all row first."""
+    wrong = frame["wrong"].to_numpy(float)
+    rows = [{"gate": "answer_all", "n_seeds": 1, **{f"error_at_{c:g}": float(wrong.mean()) for c in coverages},
+             **{f"error_at_{c:g}_sd": 0.0 for c in coverages}, "aurc": float(wrong.mean())}]
+    for gate, cols in gate_columns(frame).items():
+        per_seed = np.array([[error_at_coverage(wrong, frame[c], cov) for cov in coverages] for c in cols])
+        aurcs = [aurc(wrong.astype(bool), frame[c]) for c in cols]
+        row: dict[str, object] = {"gate": gate, "n_seeds": len(cols)}
+        for j, cov in enumerate(coverages):
+            row[f"error_at_{cov:g}"] = float(per_seed[:, j].mean())
+            row[f"error_at_{cov:g}_sd"] = float(per_seed[:, j].std(ddof=1)) if len(cols) > 1 else 0.0
+        row["aurc"] = float(np.mean(aurcs))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def coverage_at_risk(wrong: np.ndarray, score: np.ndarray | pd.Series, target: float) -> float:
+    """The largest coverage (one point per distinct score, ties all-or-nothing) at which the
+    error among answered memories is at most ``target``; 0 when none is."""
+    order = np.argsort(np.asarray(score, float), kind="stable")
+    s = np.asarray(score, float)[order]
+    w = np.asarray(wrong, float)[order]
+    best = 0.0
+    accepted = errors = 0.0
+    for i in range(len(s)):
+        accepted += 1
+        errors += w[i]
+        if i + 1 < len(s) and s[i + 1] == s[i]:
+            continue  # a threshold takes the whole tie group
+        if errors / accepted <= target:
+            best = accepted / len(s)
+    return best
+
+
+def criteria(frame: pd.DataFrame, target: float = RISK_TARGET) -> pd.DataFrame:
+    """The three pre-registered reader criteria, computed exactly as stated (seed means):
+
+    (i) at the ``target`` reader risk, MemSafe's coverage exceeds reader confidence's;
+    (ii) MemSafe's error among answered is below answering everything, at the coverage the
+         memory-length control reaches at the same target (not met when that control
+         reaches no coverage at all: there is no matched point to compare at);
+    (iii) MemSafe's AURC over answer correctness is below reader confidence's.
+    """
+    wrong = frame["wrong"].to_numpy(float)
+    gates = gate_columns(frame)
+    mem = gates.get("memsafe", [])
+    cov_mem = float(np.mean([coverage_at_risk(wrong, frame[c], target) for c in mem])) if mem else float("nan")
+    cov_conf = coverage_at_risk(wrong, frame["gate:confidence"], target)
+    length = gates.get("text_length", [])
+    cov_len = float(np.mean([coverage_at_risk(wrong, frame[c], target) for c in length])) if length else 0.0
+    if cov_len > 0 and mem:
+        err_mem = float(np.mean([error_at_coverage(wrong, frame[c], cov_len) for c in mem]))
+        ii_met, ii_value = err_mem < wrong.mean(), f"MemSafe {err_mem:.4f} vs answer-all {wrong.mean():.4f} at {cov_len:.3f}"
+    else:
+        ii_met, ii_value = False, f"memory-length control reaches no coverage at risk <= {target:g}"
+    table = reader_table(frame)
+    aurc_of = table.set_index("gate")["aurc"]
+    rows = [
+        {"criterion": "(i)", "statement": f"coverage at reader risk <= {target:g}: MemSafe > reader confidence",
+         "met": bool(cov_mem > cov_conf), "value": f"MemSafe {cov_mem:.3f} vs confidence {cov_conf:.3f}"},
+        {"criterion": "(ii)", "statement": "MemSafe error < answer-all at the length control's matched coverage",
+         "met": bool(ii_met), "value": ii_value},
+        {"criterion": "(iii)", "statement": "AURC over answer correctness: MemSafe < reader confidence",
+         "met": bool(aurc_of.get("memsafe", np.inf) < aurc_of["confidence"]),
+         "value": f"MemSafe {aurc_of.get('memsafe', float('nan')):.4f} vs confidence {aurc_of['confidence']:.4f}"},
+    ]
+    return pd.DataFrame(rows)
+
+
+def prevalence_subsample(frame: pd.DataFrame, prevalence: float, draw: int) -> pd.DataFrame:
+    """Every complete memory, and unsafe memories in salted-hash order up to ``prevalence``."""
+    complete = frame[~frame.unsafe.astype(bool)]
+    unsafe = frame[frame.unsafe.astype(bool)]
+    want = int(round(prevalence / (1 - prevalence) * len(complete)))
+    if want > len(unsafe):
+        raise ValueError(f"prevalence {prevalence:g} needs {want} unsafe memories, only {len(unsafe)} read")
+    ranked = sorted(unsafe.variant_id, key=lambda v: hash_rank(v, f"prevalence-{draw}"))
+    return pd.concat([complete, unsafe[unsafe.variant_id.isin(set(ranked[:want]))]]).sort_index()
+
+
+def prevalence_sweep(frame: pd.DataFrame, prevalences: Sequence[float] = PREVALENCES, draws: int = 5,
+                     coverages: Sequence[float] = (0.05, 0.10), gates: Sequence[str] = ("memsafe", "oracle")
+                     ) -> pd.DataFrame:
+    """Error at ``coverages`` for answer-all and ``gates`` as the unsafe share falls; mean
+    over hash-chosen draws (the native rate has one draw: nothing is subsampled)."""
+    native = float(frame.unsafe.mean())
+    rows = []
+    for prevalence in [*prevalences, native]:
+        is_native = prevalence == native
+        tables = [reader_table(frame if is_native else prevalence_subsample(frame, prevalence, d), coverages)
+                  for d in range(1 if is_native else draws)]
+        for gate in ("answer_all", *gates):
+            for cov in coverages:
+                values = [float(t.set_index("gate").loc[gate, f"error_at_{cov:g}"]) for t in tables
+                          if gate in set(t.gate)]
+                if values:
+                    rows.append({"prevalence": prevalence, "native": is_native, "gate": gate, "coverage": cov,
+                                 "error": float(np.mean(values)), "draws": len(values)})
+    return pd.DataFrame(rows)

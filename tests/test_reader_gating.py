@@ -1,0 +1,71 @@
+"""The reader-gating study's tables and criteria, on hand-built frames."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memsafe_lib.evaluation import reader_gating as G
+
+
+def _frame() -> pd.DataFrame:
+    # 3 complete + 6 unsafe memories; the reader is right on two complete ones only
+    unsafe = np.array([0, 0, 0, 1, 1, 1, 1, 1, 1], bool)
+    wrong = np.array([0, 0, 1, 1, 1, 1, 1, 1, 1])
+    f = pd.DataFrame({"variant_id": [f"v{i}" for i in range(9)], "base_id": [f"b{i // 3}" for i in range(9)],
+                      "state": np.where(unsafe, "missing", "complete"), "unsafe": unsafe, "wrong": wrong,
+                      "confidence": [-0.1, -2.0, -0.2, -0.3, -0.4, -0.5, -0.6, -0.7, -0.8]})
+    f["gate:memsafe:17"] = [0.1, 0.2, 0.9, 0.5, 0.6, 0.7, 0.8, 0.85, 0.95]
+    f["gate:memsafe:29"] = [0.2, 0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.95]
+    f["gate:text_length:17"] = [0.5] * 9
+    return G.add_fixed_gates(f, judge=None)
+
+
+def test_reader_table_by_hand() -> None:
+    t = _frame()
+    table = G.reader_table(t, (1 / 9, 2 / 9, 1.0)).set_index("gate")
+    assert table.loc["answer_all", "error_at_1"] == pytest.approx(7 / 9)
+    assert table.loc["memsafe", "error_at_0.222222"] == pytest.approx(0.0)   # both seeds accept v0, v1
+    assert table.loc["memsafe", "n_seeds"] == 2
+    # confidence ranks v0 (-0.1) then v2 (-0.2): one right, one wrong
+    assert table.loc["confidence", "error_at_0.222222"] == pytest.approx(0.5)
+    # the oracle accepts the three complete memories in random order: 1/3 of them wrong
+    assert table.loc["oracle", "error_at_0.222222"] == pytest.approx(1 / 3)
+    assert table.loc["text_length", "error_at_0.111111"] == pytest.approx(7 / 9)  # one tie group
+
+
+def test_coverage_at_risk_takes_whole_tie_groups() -> None:
+    wrong = np.array([0, 0, 1, 1])
+    assert G.coverage_at_risk(wrong, np.array([0.1, 0.2, 0.3, 0.4]), 0.0) == 0.5
+    tied = np.array([0.1, 0.3, 0.3, 0.4])  # v1 (right) and v2 (wrong) tie: taking them gives 1/3 error
+    assert G.coverage_at_risk(wrong, tied, 0.34) == 0.75
+    assert G.coverage_at_risk(wrong, tied, 0.30) == 0.25
+    assert G.coverage_at_risk(np.ones(3), np.arange(3.0), 0.1) == 0.0
+
+
+def test_criteria_as_preregistered() -> None:
+    c = G.criteria(_frame(), target=0.10).set_index("criterion")
+    assert bool(c.loc["(i)", "met"])        # MemSafe reaches 2/9 at 0% error, confidence 1/9
+    assert not c.loc["(ii)", "met"] and "no coverage" in c.loc["(ii)", "value"]  # length is one tie group at 7/9
+    assert bool(c.loc["(iii)", "met"])
+
+
+def test_prevalence_subsample_keeps_every_complete_memory() -> None:
+    f = _frame()
+    sub = G.prevalence_subsample(f, 0.5, draw=0)
+    assert (~sub.unsafe).sum() == 3 and sub.unsafe.sum() == 3
+    with pytest.raises(ValueError, match="needs 12 unsafe"):
+        G.prevalence_subsample(f, 0.8, draw=0)
+    sweep = G.prevalence_sweep(f, (0.4,), draws=3)
+    assert set(sweep.gate) == {"answer_all", "memsafe", "oracle"} and sweep.native.any()
+    native_all = sweep[(sweep.native) & (sweep.gate == "answer_all")].error.iloc[0]
+    assert native_all == pytest.approx(7 / 9)
+
+
+def test_model_gates_need_every_read_memory() -> None:
+    f = _frame()[["variant_id", "unsafe", "wrong", "confidence"]]
+    preds = pd.DataFrame({"model": "lexset", "seed": 17, "split": "test", "variant_id": ["v0", "v1"],
+                          "unsafe_prob": [0.1, 0.2]})
+    with pytest.raises(ValueError, match="lexset seed 17: no test prediction for 7"):
+        G.add_model_gates(f, preds, ["lexset"])
