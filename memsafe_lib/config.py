@@ -45,6 +45,7 @@ NB02_TRAINING = "02_training"
 NB03_ABLATIONS = "03_ablations"
 NB04_TRANSFER = "04_transfer"
 NB05_SELECTIVE = "05_selective"
+NB06_READER = "06_reader_gating"
 NB07_CLINICAL = "07_clinical"
 EVALUATE = "evaluate"
 GATES = "gates"
@@ -52,7 +53,7 @@ BENCH = "bench"
 VARIANTS = "variants"
 SCRATCH = "scratch"
 FOLDERS: tuple[str, ...] = (NB01_AUDIT, NB02_TRAINING, NB03_ABLATIONS, NB04_TRANSFER, NB05_SELECTIVE,
-                            NB07_CLINICAL, EVALUATE, GATES, BENCH, VARIANTS)
+                            NB06_READER, NB07_CLINICAL, EVALUATE, GATES, BENCH, VARIANTS)
 LEDGER_FILE = "ledger.jsonl"
 RUN_TIMES_FILE = "run_times.csv"
 
@@ -260,12 +261,21 @@ SCALES: dict[str, ScaleConfig] = {
                             finetune_max_pairs=4000, finetune_lr=1e-4,
                             concat_max_train=120, judge_max_base_queries=6),
         clinical=ClinicalBudget(question_cap=3000),
+        # Reader and judge: the 1.5B Qwen2.5-Coder Instruct GGUF (the 0.5B judge's P(No) did
+        # not move when evidence was removed), on the first 10 MuSiQue test questions in
+        # hash order: ~45 s per memory on 2 cores, so 30 memories fit the time budget.
+        notebook_parameters={"06_reader_gating": {"reader_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
+                                                  "judge_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
+                                                  "reader_questions": 10}},
     ),
     "paper": ScaleConfig(
         name="paper",
         max_base_queries=None,
         seeds=PAPER_SEEDS,
         description="Full official files, the paper's five seeds; needs a GPU.",
+        notebook_parameters={"06_reader_gating": {"reader_model": "Qwen/Qwen2.5-7B-Instruct",
+                                                  "judge_model": "Qwen/Qwen2.5-7B-Instruct",
+                                                  "reader_questions": 1000}},
     ),
 }
 

