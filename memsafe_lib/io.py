@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import json
 import os
+import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
 from io import BytesIO
@@ -116,3 +117,29 @@ def replace_row(path: Path, row: dict[str, Any], key: str) -> pd.DataFrame:
     by ``row`` (or ``row`` appended): one row per notebook or command in the run-time tables."""
     old = read_csv(path) if path.exists() else pd.DataFrame(columns=list(row))
     return pd.concat([old[old[key] != row[key]], pd.DataFrame([row])], ignore_index=True)
+
+
+class SQLiteStore:
+    """A one-table SQLite cache whose connection opens on first use and again after
+    ``close`` (a cache may outlive the run that filled it: transfer reuses Stage A's).
+    Subclasses give the table's ``SCHEMA``; each write commits, so a kill loses nothing done."""
+
+    SCHEMA = ""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        self.db.execute(self.SCHEMA)
+        self.db.commit()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = sqlite3.connect(self.path)
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None

@@ -4,7 +4,6 @@ comparisons on the judged subset checked against scikit-learn."""
 from __future__ import annotations
 
 import math
-
 from pathlib import Path
 
 import numpy as np

