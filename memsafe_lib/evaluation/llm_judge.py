@@ -22,10 +22,10 @@ from memsafe_lib.variants.construction import Variant
 from memsafe_lib.variants.store import build
 
 
-def judge_subset(test: Sequence[Variant], n_base: int | None) -> list[Variant]:
+def judge_subset(test: Sequence[Variant], n_base: int | None, salt: str = "judge-subset") -> list[Variant]:
     """All variants of the first ``n_base`` test questions in salted-hash order (the paper
-    scores a deterministic 1,000-question MuSiQue subset)."""
-    bases = sorted({v.base_id for v in test}, key=lambda b: hash_rank(b, "judge-subset"))
+    scores a deterministic 1,000-question MuSiQue subset); the reader study uses its own salt."""
+    bases = sorted({v.base_id for v in test}, key=lambda b: hash_rank(b, salt))
     keep = set(bases if n_base is None else bases[:n_base])
     return [v for v in test if v.base_id in keep]
 

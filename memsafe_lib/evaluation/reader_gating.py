@@ -26,6 +26,7 @@ from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.estimators.judge import LLMJudge
 from memsafe_lib.estimators.llm import load_model
 from memsafe_lib.estimators.reader import Reader
+from memsafe_lib.evaluation.llm_judge import judge_subset
 from memsafe_lib.measures.gating import error_at_coverage
 from memsafe_lib.measures.risk_coverage import aurc
 from memsafe_lib.progress import step
@@ -182,9 +183,7 @@ def prevalence_sweep(frame: pd.DataFrame, prevalences: Sequence[float] = PREVALE
 
 def reader_sample(test: Sequence[Variant], n_questions: int | None) -> list[Variant]:
     """Every variant of the first ``n_questions`` test questions in salted-hash order."""
-    bases = sorted({v.base_id for v in test}, key=lambda b: hash_rank(b, "reader-sample"))
-    keep = set(bases if n_questions is None else bases[:n_questions])
-    return [v for v in test if v.base_id in keep]
+    return judge_subset(test, n_questions, salt="reader-sample")
 
 
 def read_and_judge(variants: Sequence[Variant], scale: ScaleConfig, reader_model: str, judge_model: str | None,
