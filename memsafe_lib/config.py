@@ -266,7 +266,8 @@ SCALES: dict[str, ScaleConfig] = {
         # hash order: ~45 s per memory on 2 cores, so 30 memories fit the time budget.
         notebook_parameters={"06_reader_gating": {"reader_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
                                                   "judge_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
-                                                  "reader_questions": 10}},
+                                                  "reader_questions": 10,
+                                                  "combined_validation_questions": 0}},
     ),
     "paper": ScaleConfig(
         name="paper",
@@ -275,7 +276,8 @@ SCALES: dict[str, ScaleConfig] = {
         description="Full official files, the paper's five seeds; needs a GPU.",
         notebook_parameters={"06_reader_gating": {"reader_model": "Qwen/Qwen2.5-7B-Instruct",
                                                   "judge_model": "Qwen/Qwen2.5-7B-Instruct",
-                                                  "reader_questions": 1000}},
+                                                  "reader_questions": 1000,
+                                                  "combined_validation_questions": 200}},
     ),
 }
 

@@ -27,6 +27,11 @@
 # tests the plumbing only). The judge is the same model as the reader, so its pass over a
 # memory reuses the reader's prompt cache. Every generation is cached by (model, settings,
 # prompt): a rerun or a resumed run costs nothing.
+#
+# Beyond the paper: a **combined gate** (MemSafe + judge + reader confidence, logistic). It is
+# fitted on read validation memories when `combined_validation_questions > 0`; with 0 (our cpu
+# budget reads test questions only) it is cross-fitted on the test sample by base-question
+# folds, so no memory's own answer enters its score.
 
 # %% tags=["parameters"]
 scale = "smoke"
@@ -38,6 +43,7 @@ max_answer_tokens = 16
 n_ctx = 8192
 gate_models = ["memsafe", "lexset", "tfidf", "text_length"]
 prevalence_draws = 5
+combined_validation_questions = 1
 
 # %%
 # %matplotlib inline
@@ -45,6 +51,7 @@ import pandas as pd
 from IPython.display import display
 
 from memsafe_lib import config
+from memsafe_lib.evaluation import combined_gate
 from memsafe_lib.evaluation import reader_gating as G
 from memsafe_lib.evaluation.llm_judge import compare_on_subset
 from memsafe_lib.io import read_csv, write_csv, write_json
@@ -64,7 +71,9 @@ if not source.exists():
     raise FileNotFoundError(f"run notebook 02 at scale {scale} first; missing {source}")
 predictions = read_csv(source)
 loaded, result = build(dataset, "size-matched", cfg)
-sample = G.reader_sample(by_split(result.variants)["test"], reader_questions)
+splits = by_split(result.variants)
+sample = G.reader_sample(splits["test"], reader_questions)
+fit_sample = G.reader_sample(splits["validation"], combined_validation_questions)
 print(f"scale={scale}: {cfg.description}")
 print(f"reader {reader_model}, judge {judge_model}: {len({v.base_id for v in sample})} test questions, "
       f"{len(sample)} memories")
@@ -78,6 +87,12 @@ print(f"reader {reader_model}, judge {judge_model}: {len({v.base_id for v in sam
 # %%
 answers, info = G.read_and_judge(sample, cfg, reader_model, judge_model, n_ctx=n_ctx,
                                  max_tokens=max_answer_tokens)
+fit_answers = None
+if combined_validation_questions > 0:  # validation memories for the combined gate's fit
+    fit_answers, fit_info = G.read_and_judge(fit_sample, cfg, reader_model, judge_model, n_ctx=n_ctx,
+                                             max_tokens=max_answer_tokens)
+    info["seconds_reader_validation"] = fit_info["seconds_reader"]
+    info["seconds_judge_validation"] = fit_info["seconds_judge"]
 complete = answers[~answers.unsafe]
 accuracy = pd.DataFrame([{"memories": len(answers), "exact_match_all": 1 - answers.wrong.mean(),
                           "exact_match_complete": 1 - complete.wrong.mean(),
@@ -93,10 +108,16 @@ accuracy
 # Error among answered memories at fixed coverage (ties broken as in our AURC: the expected
 # error over random orders of a tied group). MemSafe and LexSet: mean and SD over their seeds;
 # the other gates are deterministic given the reader and the sample. `paper_*`: the paper's
-# 7B reader on 1,000 questions.
+# 7B reader on 1,000 questions; the combined gate is ours (the paper has no such row).
 
 # %%
 frame = G.add_fixed_gates(G.add_model_gates(answers, predictions, gate_models))
+fit_frame = None
+if fit_answers is not None:
+    fit_frame = G.add_fixed_gates(G.add_model_gates(fit_answers, predictions, ["memsafe"], split="validation"))
+frame = combined_gate.add_combined_gate(frame, fit=fit_frame)
+info["combined_gate"] = combined_gate.describe(fit_frame, frame)
+print("combined gate:", info["combined_gate"])
 table = R.with_paper(G.reader_table(frame))
 write_csv(out / "reader.csv", table)
 table
@@ -154,7 +175,8 @@ write_json(out / "summary.json", {"scale": scale, "dataset": dataset, **info, "q
 record_run("notebook:06_reader_gating", cfg, raw_files=loaded.files,
            settings={"dataset": dataset, "reader_model": reader_model, "judge_model": judge_model,
                      "reader_questions": reader_questions, "max_answer_tokens": max_answer_tokens, "n_ctx": n_ctx,
-                     "gate_models": gate_models, "prevalence_draws": prevalence_draws, **info},
+                     "gate_models": gate_models, "prevalence_draws": prevalence_draws,
+                     "combined_validation_questions": combined_validation_questions, **info},
            outputs=[*outputs, out / "summary.json"], inputs=[source],
            metrics={"answer_all_error": float(answers.wrong.mean()),
                     "reader": table.set_index("gate")[[c for c in table.columns if c.startswith("error_at_")

@@ -52,16 +52,17 @@ def gate_columns(frame: pd.DataFrame) -> dict[str, list[str]]:
     return out
 
 
-def add_model_gates(frame: pd.DataFrame, predictions: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
-    """One ``gate:<model>:<seed>`` column per seed of each model's test predictions."""
-    test = predictions[predictions.split == "test"]
+def add_model_gates(frame: pd.DataFrame, predictions: pd.DataFrame, models: Sequence[str], split: str = "test"
+                    ) -> pd.DataFrame:
+    """One ``gate:<model>:<seed>`` column per seed of each model's ``split`` predictions."""
+    test = predictions[predictions.split == split]
     out = frame.copy()
     for model in models:
         for seed, group in test[test.model == model].groupby("seed"):
             scores = group.set_index("variant_id")["unsafe_prob"].reindex(out.variant_id)
             if scores.isna().any():
                 missing = int(scores.isna().sum())
-                raise ValueError(f"{model} seed {seed}: no test prediction for {missing} read memories")
+                raise ValueError(f"{model} seed {seed}: no {split} prediction for {missing} read memories")
             out[f"gate:{model}:{seed}"] = scores.to_numpy()
     return out
 
@@ -181,9 +182,10 @@ def prevalence_sweep(frame: pd.DataFrame, prevalences: Sequence[float] = PREVALE
     return pd.DataFrame(rows)
 
 
-def reader_sample(test: Sequence[Variant], n_questions: int | None) -> list[Variant]:
-    """Every variant of the first ``n_questions`` test questions in salted-hash order."""
-    return judge_subset(test, n_questions, salt="reader-sample")
+def reader_sample(variants: Sequence[Variant], n_questions: int | None, salt: str = "reader-sample"
+                  ) -> list[Variant]:
+    """Every variant of the first ``n_questions`` questions (of one split) in salted-hash order."""
+    return judge_subset(variants, n_questions, salt=salt)
 
 
 def read_and_judge(variants: Sequence[Variant], scale: ScaleConfig, reader_model: str, judge_model: str | None,

@@ -12,7 +12,8 @@ from memsafe_lib.evaluation.reader_gating import COVERAGES
 
 GATE_LABELS = {"answer_all": "Answer everything", "memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF",
                "text_length": "Memory length", "llm_judge": "LLM judge", "confidence": "Reader sequence confidence",
-               "oracle": "Oracle integrity label"}
+               "oracle": "Oracle integrity label",
+               "combined": "Combined (MemSafe + judge + confidence)"}
 
 
 def with_paper(table: pd.DataFrame) -> pd.DataFrame:
