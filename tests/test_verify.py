@@ -67,3 +67,16 @@ def test_a_stale_report_block_fails(tree: Path, tmp_path: Path) -> None:
     doc.write_text(block.format("| model | aurc |\n|---|---|\n| memsafe | 0.2000 |\n"))
     (problem,) = verify(SMOKE, main_datasets=[], notebooks=[], documents=[doc]).problems
     assert str(doc) in problem and "memsafe report --record" in problem
+
+
+def test_an_absent_gate_checkpoint_is_noted_but_an_edited_one_fails(tree: Path) -> None:
+    gate_dir = SMOKE.output_dir(config.GATES, "musique-seed17")
+    (gate_dir / "config.json").write_text("{}")
+    record_run("train:musique", SMOKE, outputs=[gate_dir / "config.json"])
+    assert check() == []
+    (gate_dir / "config.json").write_text('{"edited": true}')
+    (problem,) = check()
+    assert "config.json" in problem and "sha256 differs" in problem
+    (gate_dir / "config.json").unlink()  # a clean clone: gates/ is git-ignored
+    result = verify(SMOKE, main_datasets=[], notebooks=[], documents=[])
+    assert result.problems == [] and any("not committed" in n for n in result.notes)
