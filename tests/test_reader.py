@@ -157,3 +157,66 @@ def test_reader_and_zero_shot_judge_share_the_prompt_prefix_up_to_the_task() -> 
     assert read[0] == judged[0] and len(read) == len(judged) == 2
     shared = read[1]["content"].split("Which one?")[0]
     assert judged[1]["content"].startswith(shared + "Which one?")
+
+
+@pytest.fixture(scope="module")
+def tiny_causal_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Llama with the packaged MiniLM tokenizer and a plain chat template:
+    the transformers backend's code path (a GPU user's Qwen2.5-7B-Instruct) without a download."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from memsafe_lib.config import PACKAGED_ENCODER
+    from memsafe_lib.encodings.encoders import resolve_model
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(resolve_model(PACKAGED_ENCODER))
+    tok.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant:{% endif %}")
+    cfg = LlamaConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                      eos_token_id=tok.sep_token_id, pad_token_id=tok.pad_token_id)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_transformers_backend_is_greedy_and_its_logprobs_match_a_forward_pass(tiny_causal_lm: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    messages = [{"role": "user", "content": "memory: the tower is in paris. question: where is the tower?"}]
+    lm = llm.load_model(str(tiny_causal_lm))
+    assert isinstance(lm, llm.TransformersLM)
+    lm_fp32 = llm.TransformersLM(str(tiny_causal_lm), bf16=False)
+    gen = lm_fp32.generate(messages, max_tokens=5)
+    # independent computation: teacher-forced log-probs of the generated tokens, and greedy = argmax
+    tok = AutoTokenizer.from_pretrained(tiny_causal_lm)
+    model = AutoModelForCausalLM.from_pretrained(tiny_causal_lm, dtype=torch.float32).eval()
+    prompt = tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                 add_special_tokens=False, return_tensors="pt")["input_ids"]
+    assert gen.prompt_tokens == prompt.shape[1]
+    n_new = len(gen.token_logprobs)
+    assert 1 <= n_new <= 5
+    with torch.no_grad():
+        ids = prompt
+        expected = []
+        for _ in range(n_new):
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, -1], -1)
+            nxt = int(logp.argmax())
+            expected.append(float(logp[nxt]))
+            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+    assert np.allclose(gen.token_logprobs, expected, atol=1e-4)
+    top, n_prompt = lm_fp32.next_token(messages, top_n=3)
+    assert n_prompt == prompt.shape[1] and len(top) <= 3
+    assert max(top.values()) == pytest.approx(expected[0], abs=1e-4)
+
+
+def test_a_hub_id_that_is_not_downloaded_names_the_download(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import time
+    with pytest.raises(ModelUnavailableError, match="huggingface-cli download"):
+        llm.load_model("no-such-org/no-such-model-for-memsafe")
