@@ -56,7 +56,6 @@ def cmd_data_check(args: argparse.Namespace) -> int:
     scale = _scale(args)
     data_dir = config.data_dir()
     names = [args.dataset] if args.dataset else list(DATASETS)
-    cap = scale.max_base_queries
     print(f"data dir: {data_dir}  (scale {args.scale})")
     report, raw_files, ok = [], [], True
     for name in names:
@@ -65,7 +64,7 @@ def cmd_data_check(args: argparse.Namespace) -> int:
         if not files:
             print(f"   no files (expected {DATASETS[name].official} under {data_dir / name}/)")
             continue
-        loaded = load_dataset(name, data_dir, max_base_queries=cap)
+        loaded = load_dataset(name, data_dir, max_base_queries=scale.base_query_cap(name))
         raw_files += loaded.files
         for f in loaded.files:
             print(f"   {f.path}  records={f.records}  sha256={f.sha256[:16]}…")

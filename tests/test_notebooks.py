@@ -82,6 +82,24 @@ def test_notebook_runs_at_smoke_scale(real_data: Path, monkeypatch: pytest.Monke
     assert times.loc[name, "minutes"] == pytest.approx(timing["metrics"]["seconds"] / 60, abs=0.01)
 
 
+def test_every_notebook_runs_at_the_paper_settings_dry_run(real_data: Path) -> None:
+    """`--scale paper-dry`: five Stage B seeds, three encoder seeds, the full Stage B grid, the
+    judge, reader and clinical paths of a GPU user's paper run, on 24 questions per dataset
+    (into a temporary artifacts tree: nothing here is a result)."""
+    scale = SCALES["paper-dry"]
+    for name in available():
+        executed = run_notebook(name, scale)
+        nb = nbformat.read(executed, as_version=4)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                  if o.output_type == "error"]
+        assert not errors, name
+    main = pd.read_csv(scale.run_dir / config.NB02_TRAINING / "main_table.csv")
+    memsafe = main.set_index("model").loc["memsafe"]
+    assert all(memsafe[f"{ds}_seeds"] == 5 for ds in ("musique", "hotpotqa", "2wikimultihopqa"))
+    grid = pd.read_csv(scale.run_dir / config.NB02_TRAINING / "stage_b_grid.csv")
+    assert len(grid) == 8  # the full grid was searched
+
+
 def test_construction_audit_smoke_summary(real_data: Path) -> None:
     """The smoke run's own summary meets the issue's acceptance criteria."""
     summary_path = config.REPO_ROOT / "artifacts" / "smoke" / "01_construction_audit" / "summary.json"

@@ -122,3 +122,22 @@ def test_an_encoder_that_cannot_load_offline_says_what_to_download(monkeypatch: 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(E.EncoderUnavailableError, match="huggingface-cli download no-such-org/no-such-model"):
         E.load_hf_config("no-such-org/no-such-model")
+
+
+def test_the_paper_dry_run_keeps_every_paper_setting_but_size_and_models() -> None:
+    """What `--scale paper-dry` changes against `--scale paper`: the number of questions, the
+    training-set caps and the three downloaded models, nothing else that picks a code path."""
+    paper, dry = SCALES["paper"], SCALES["paper-dry"]
+    assert dry.seeds == paper.seeds == (17, 29, 43, 71, 101)
+    assert dry.neural.encoder_seeds == paper.neural.encoder_seeds and len(dry.neural.encoder_seeds) == 3
+    same = ("max_length", "finetune_lr", "stage_b_epochs", "full_grid", "concat_max_length", "encoder_pooling")
+    assert all(getattr(dry.neural, f) == getattr(paper.neural, f) for f in same)
+    assert dry.neural.full_grid and dry.neural.max_length == 256
+    # training sets capped (hash subsets: the capped code path cpu scale also takes)
+    assert dry.neural.finetune_max_pairs and dry.neural.concat_max_train
+    assert dry.max_base_queries is not None and paper.max_base_queries is None
+    assert dry.base_query_cap("musique") == dry.max_base_queries
+    assert dry.base_query_cap("squad2") > dry.max_base_queries  # enough one-paragraph questions for a test split
+    assert SCALES["cpu"].base_query_cap("squad2") is None
+    assert set(dry.notebook_parameters) == set(paper.notebook_parameters)
+    assert set(dry.notebook_parameters["06_reader_gating"]) == set(paper.notebook_parameters["06_reader_gating"])

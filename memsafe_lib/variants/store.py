@@ -49,7 +49,7 @@ def store_key(dataset: str, construction: str, scale: ScaleConfig, data_dir: Pat
     files = require_files(dataset, root)
     raw = [(p.relative_to(root).as_posix(), sha256_file(p)) for p in files]
     parts = {"format": FORMAT, "dataset": dataset, "construction": construction,
-             "max_base_queries": scale.max_base_queries, "files": raw, "code": construction_code()}
+             "max_base_queries": scale.base_query_cap(dataset), "files": raw, "code": construction_code()}
     return sha256_bytes(canonical_json(parts).encode())[:16]
 
 
@@ -102,7 +102,7 @@ def build(dataset: str, construction: str | None, scale: ScaleConfig,
     variants_file, meta_file = _paths(dataset, construction, key, scale)
     if meta_file.exists() and variants_file.exists():
         return _read(variants_file, meta_file)
-    loaded = load_dataset(dataset, data_dir, max_base_queries=scale.max_base_queries)
+    loaded = load_dataset(dataset, data_dir, max_base_queries=scale.base_query_cap(dataset))
     result = construct(loaded, construction)
     summary = loaded.summary()
     _write(variants_file, meta_file, summary, result)
