@@ -1,6 +1,7 @@
 # Two entry points do all set-up on a fresh machine:
 #   make reproduce   install, then execute every notebook at SCALE (default: cpu)
 #   make test        install with dev extras, then pytest (library + notebooks) and nbval
+#   make dry-run     every notebook at the paper's settings on a few questions (CPU, stand-in models)
 #   make lab         JupyterLab on notebooks/, the .py notebooks open as notebooks
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,7 +11,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check
 SHELL  := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: install readers reproduce test lab lint clean-smoke
+.PHONY: install readers reproduce test dry-run lab lint clean-smoke
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +52,10 @@ reproduce: install readers
 test: install
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider artifacts/smoke/*/*.ipynb
+
+# Every notebook at the paper's settings on a few questions (config.paper_dry_run), on CPU.
+dry-run: install
+	$(BIN)/python -m pytest -m paper_dry tests/test_notebooks.py
 
 lab: install
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)

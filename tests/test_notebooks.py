@@ -82,6 +82,7 @@ def test_notebook_runs_at_smoke_scale(real_data: Path, monkeypatch: pytest.Monke
     assert times.loc[name, "minutes"] == pytest.approx(timing["metrics"]["seconds"] / 60, abs=0.01)
 
 
+@pytest.mark.paper_dry
 def test_every_notebook_runs_at_the_paper_settings_dry_run(real_data: Path) -> None:
     """`--scale paper-dry`: five Stage B seeds, three encoder seeds, the full Stage B grid, the
     judge, reader and clinical paths of a GPU user's paper run, on 24 questions per dataset
