@@ -41,7 +41,8 @@ def _scale(args: argparse.Namespace) -> ScaleConfig:
 
 def _add_scale(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", choices=sorted(config.SCALES), default=config.DEFAULT_SCALE,
-                   help="smoke (CI subsets), cpu (all local data) or paper (full data, GPU); default %(default)s")
+                   help="smoke (CI subsets), cpu (all local data), paper (full data, GPU) or paper-dry (paper "
+                        "settings on a few questions, stand-in models: a dry run); default %(default)s")
     _add_record(p)
 
 
