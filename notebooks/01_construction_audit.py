@@ -190,7 +190,8 @@ outputs = sorted(p for p in out.iterdir() if p.suffix in {".csv", ".png", ".json
 entry = record_run(
     "notebook:01_construction_audit", cfg,
     raw_files=[f for ds in loaded for f in loaded[ds].files],
-    settings={"datasets": datasets, "external_dataset": external_dataset, "max_base_queries": cfg.max_base_queries},
+    settings={"datasets": datasets, "external_dataset": external_dataset, "max_base_queries": cfg.max_base_queries,
+              "base_query_caps": dict(cfg.base_query_caps)},
     outputs=outputs, metrics=summary,
 )
 print("ledger run", entry["fingerprint"]["run"], "with", len(outputs), "outputs")
