@@ -6,12 +6,15 @@ and bridge pairs), with the cost in minutes. One row per point tried, every poin
 
 The encoder is fine-tuned on training fold 0 exactly as Stage A does (hash fold, balanced cap,
 plain and bridge pairs); validation memories are never trained on. Choosing the cpu scale's
-point from this table uses validation only; the test split is not read.
+point from this table uses validation only; the test split is not read. Each finished point
+is cached (``.cache/stage_a_budget_<dataset>/``), so a killed run resumes at the next point.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import time
 from dataclasses import replace
 
@@ -20,9 +23,11 @@ import pandas as pd
 import torch
 from report import save_report  # bench/report.py (scripts run from bench/)
 
+from memsafe_lib import config
 from memsafe_lib.config import scale_config
 from memsafe_lib.encodings.encoders import CrossEncoder, EncoderConfig, encode_pairs, make_ranker, variant_pairs
 from memsafe_lib.encodings.finetune import FinetuneConfig, finetune, training_pairs
+from memsafe_lib.io import write_json
 from memsafe_lib.measures.metrics import average_precision, unsafe_auroc
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import by_split, train_fold
@@ -55,8 +60,16 @@ def main() -> None:
     splits = by_split(result.variants)
     train0 = [v for v in splits["train"] if train_fold(v.base_id) == 0]
     validation = splits["validation"]
+    cache = scale.output_dir(config.BENCH) / ".cache" / f"stage_a_budget_{args.dataset}"
     rows = []
     for name in args.points.split(","):
+        cached = cache / f"{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.json"
+        settings = {"point": POINTS[name], "budget": repr(budget), "device": args.device,
+                    "torch_threads": torch.get_num_threads()}
+        if cached.exists() and (done := json.loads(cached.read_text()))["settings"] == settings:
+            print(f"{name}: cached", flush=True)
+            rows.append(done["row"])
+            continue
         point = dict(POINTS[name])
         max_length = int(point.pop("max_length", budget.max_length))  # type: ignore[call-overload]
         encoder = EncoderConfig(model=budget.encoder, max_length=max_length, device=args.device)
@@ -71,14 +84,16 @@ def main() -> None:
         evidence = np.array([u.is_evidence for v in validation for u in v.units])
         start = time.perf_counter()
         row: dict[str, object] = {"point": name, "pairs_per_fold": len(pairs), "max_length": max_length,
-                                  "lr": tune.lr, "epochs": tune.epochs, "train_layers": tune.train_layers}
+                                  "lr": tune.lr, "epochs": tune.epochs, "train_layers": tune.train_layers,
+                                  "torch_threads": torch.get_num_threads()}
         for kind, kind_pairs in (("plain", plain), ("bridge", bridge)):
             logits = encode_pairs(model, kind_pairs, None, progress=False)[1]
-            row[f"validation_{kind}_auroc"] = unsafe_auroc(evidence, logits)
-            row[f"validation_{kind}_auprc"] = average_precision(evidence, logits)
+            row[f"validation_{kind}_auroc"] = float(unsafe_auroc(evidence, logits))
+            row[f"validation_{kind}_auprc"] = float(average_precision(evidence, logits))
         row["minutes_finetune_one_fold"] = tuned / 60
         row["minutes_encode_validation"] = (time.perf_counter() - start) / 60
         rows.append(row)
+        write_json(cached, {"settings": settings, "row": row})
         print(row, flush=True)
     table = pd.DataFrame(rows)
     save_report("stage_a_budget", f"stage_a_budget_{args.dataset}", args, loaded.files,
