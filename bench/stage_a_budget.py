@@ -34,13 +34,13 @@ from memsafe_lib.variants.construction import by_split, train_fold
 from memsafe_lib.variants.store import build
 
 POINTS: dict[str, dict[str, object]] = {
-    "cpu scale today (4k pairs, 128 tok, lr 1e-4)": {},
+    "cpu scale today (4k pairs; 128 tok; lr 1e-4)": {},
     "8k pairs": {"max_pairs": 8000},
     "256 tokens": {"max_length": 256},
     "lr 3e-5": {"lr": 3e-5},
     "2 epochs over 2k pairs": {"max_pairs": 2000, "epochs": 2},
-    "top 2 layers, 12k pairs": {"max_pairs": 12000, "train_layers": 2},
-    "top 3 layers, 8k pairs": {"max_pairs": 8000, "train_layers": 3},
+    "top 2 layers; 12k pairs": {"max_pairs": 12000, "train_layers": 2},
+    "top 3 layers; 8k pairs": {"max_pairs": 8000, "train_layers": 3},
 }
 """Settings tried, as overrides of the cpu scale's budget (pairs per fold, tokens, learning
 rate, epochs, trainable layers)."""
@@ -50,7 +50,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="musique")
     parser.add_argument("--scale", default="cpu")
-    parser.add_argument("--points", default=",".join(POINTS), help="comma-separated names of POINTS to run")
+    parser.add_argument("--points", nargs="+", default=list(POINTS), choices=list(POINTS), metavar="POINT",
+                        help=f"names of POINTS to run (default all: {', '.join(map(repr, POINTS))})")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     configure_threads()
@@ -62,7 +63,7 @@ def main() -> None:
     validation = splits["validation"]
     cache = scale.output_dir(config.BENCH) / ".cache" / f"stage_a_budget_{args.dataset}"
     rows = []
-    for name in args.points.split(","):
+    for name in args.points:
         cached = cache / f"{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.json"
         settings = {"point": POINTS[name], "budget": repr(budget), "device": args.device,
                     "torch_threads": torch.get_num_threads()}
