@@ -5,12 +5,14 @@ raw files (sha256), the settings, the code (hash of every library and notebook s
 file) and the outputs (sha256), so a reader can tell whether two tables came from the
 same inputs. Steps that read other runs' artifacts rather than raw data (the summary, the
 notebooks' tables) list those artifacts as ``inputs`` (sha256), and their data fingerprint
-covers them. Entries are appended; the file is rewritten atomically.
+covers them. Entries are appended under an exclusive lock (two notebooks running at once
+must not drop each other's entries); the file is rewritten atomically.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import importlib.metadata
 import json
 import platform
@@ -85,11 +87,20 @@ def record_run(
         "metrics": dict(metrics or {}),
         "environment": environment(),
     }
-    path = scale.ledger_path
-    previous = path.read_text(encoding="utf-8") if path.exists() else ""
-    with atomic_open(path) as fh:
-        fh.write(previous + json.dumps(entry, sort_keys=True) + "\n")
+    append_entry(scale.ledger_path, entry)
     return entry
+
+
+def append_entry(path: Path, entry: Mapping[str, Any]) -> None:
+    """Append one line to ``path``: read, add, replace atomically, all while holding an
+    exclusive lock on ``.<name>.lock`` beside it, so concurrent writers serialise instead of one
+    replacing the file with a copy that lacks the other's entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        previous = path.read_text(encoding="utf-8") if path.exists() else ""
+        with atomic_open(path) as fh:
+            fh.write(previous + json.dumps(entry, sort_keys=True) + "\n")
 
 
 NUMERIC_PACKAGES = ("numpy", "scipy", "scikit-learn", "torch", "transformers", "pandas")
@@ -98,7 +109,8 @@ NUMERIC_PACKAGES = ("numpy", "scipy", "scikit-learn", "torch", "transformers", "
 
 def environment() -> dict[str, Any]:
     """Where a run happened, enough to explain a last-digit difference between two runs of the
-    same code and data: versions of the numeric packages, the platform and the CPU model."""
+    same code and data: versions of the numeric packages, the platform, the CPU model and the
+    thread counts (torch reduces in a different order with a different count)."""
     cpu = ""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
@@ -110,8 +122,10 @@ def environment() -> dict[str, Any]:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
+    torch = sys.modules.get("torch")  # only read, never imported here (heavy)
+    threads = {"fit": config.fit_threads(), "torch": torch.get_num_threads() if torch is not None else None}
     return {"memsafe": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
-            "cpu": cpu or platform.processor(), "packages": versions}
+            "cpu": cpu or platform.processor(), "packages": versions, "threads": threads}
 
 
 def _hashes(files: Iterable[str | Path]) -> dict[str, str]:

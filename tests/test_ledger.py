@@ -40,3 +40,34 @@ def test_entries_record_the_numeric_packages_and_cpu() -> None:
     assert env["packages"]["numpy"] == importlib.metadata.version("numpy")
     assert env["packages"]["scikit-learn"] == importlib.metadata.version("scikit-learn")
     assert env["python"] and env["platform"] and "cpu" in env
+
+
+def test_entries_record_the_thread_counts_in_effect() -> None:
+    import torch
+
+    from memsafe_lib import config
+    from memsafe_lib.ledger import environment
+
+    threads = environment()["threads"]
+    assert threads == {"fit": config.fit_threads(), "torch": torch.get_num_threads()}
+
+
+def _append_many(args: tuple[str, int, int]) -> None:
+    from memsafe_lib.ledger import append_entry
+
+    path, writer, n = args
+    for i in range(n):
+        append_entry(Path(path), {"writer": writer, "i": i})
+
+
+def test_concurrent_writers_lose_no_entry(tmp_path: Path) -> None:
+    """Two notebooks running at once once raced (read, add, replace): with the lock every
+    entry of both processes is in the file, each line whole."""
+    import json
+    import multiprocessing
+
+    path = tmp_path / "ledger.jsonl"
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        pool.map(_append_many, [(str(path), w, 40) for w in (0, 1)])
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted((e["writer"], e["i"]) for e in entries) == [(w, i) for w in (0, 1) for i in range(40)]
