@@ -1,6 +1,6 @@
 # Two entry points do all set-up on a fresh machine:
 #   make reproduce   install, then execute every notebook at SCALE (default: cpu)
-#   make test        install with dev extras, then pytest (library + notebooks) and nbval
+#   make test        install with dev extras, then pytest (library + notebooks), nbval, memsafe verify
 #   make dry-run     every notebook at the paper's settings on a few questions (CPU, stand-in models)
 #   make lab         JupyterLab on notebooks/, the .py notebooks open as notebooks
 PYTHON ?= python3
@@ -49,9 +49,11 @@ reproduce: install readers
 	$(BIN)/memsafe notebook all --scale $(SCALE) --record
 	$(BIN)/memsafe report --record
 
+# The last step re-checks the committed cpu run (raw files -> ledger -> tables -> REPORT).
 test: install
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider artifacts/smoke/*/*.ipynb
+	$(BIN)/memsafe verify --scale cpu
 
 # Every notebook at the paper's settings on a few questions (config.paper_dry_run), on CPU.
 dry-run: install
