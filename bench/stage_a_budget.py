@@ -7,7 +7,8 @@ and bridge pairs), with the cost in minutes. One row per point tried, every poin
 The encoder is fine-tuned on training fold 0 exactly as Stage A does (hash fold, balanced cap,
 plain and bridge pairs); validation memories are never trained on. Choosing the cpu scale's
 point from this table uses validation only; the test split is not read. Each finished point
-is cached (``.cache/stage_a_budget_<dataset>/``), so a killed run resumes at the next point.
+is cached (``.cache/stage_a_budget_<dataset>/``, keyed by the point, budget, threads and code), so
+a killed run resumes at the next point.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from memsafe_lib.config import scale_config
 from memsafe_lib.encodings.encoders import CrossEncoder, EncoderConfig, encode_pairs, make_ranker, variant_pairs
 from memsafe_lib.encodings.finetune import FinetuneConfig, finetune, training_pairs
 from memsafe_lib.io import write_json
+from memsafe_lib.ledger import code_fingerprint
 from memsafe_lib.measures.metrics import average_precision, unsafe_auroc
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import by_split, train_fold
@@ -66,7 +68,7 @@ def main() -> None:
     for name in args.points:
         cached = cache / f"{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.json"
         settings = {"point": POINTS[name], "budget": repr(budget), "device": args.device,
-                    "torch_threads": torch.get_num_threads()}
+                    "torch_threads": torch.get_num_threads(), "code": code_fingerprint()}
         if cached.exists() and (done := json.loads(cached.read_text()))["settings"] == settings:
             print(f"{name}: cached", flush=True)
             rows.append(done["row"])
