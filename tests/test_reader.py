@@ -220,3 +220,48 @@ def test_a_hub_id_that_is_not_downloaded_names_the_download(monkeypatch: pytest.
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import time
     with pytest.raises(ModelUnavailableError, match="huggingface-cli download"):
         llm.load_model("no-such-org/no-such-model-for-memsafe")
+
+
+def test_llama_cpp_refuses_a_prompt_longer_than_its_context(smollm2: llm.LanguageModel) -> None:
+    long = [{"role": "user", "content": "word " * 3000}]
+    with pytest.raises(llm.ContextOverflowError) as info:
+        smollm2.next_token(long, 5)
+    assert info.value.prompt_tokens > smollm2.n_ctx == 2048
+
+
+@dataclass
+class OverflowingLM:
+    """Every prompt is one token too long for its 100-token window."""
+
+    name: str = "overflowing"
+    fingerprint: str = "overflowing-1"
+    n_ctx: int = 100
+
+    def generate(self, messages: llm.Messages, max_tokens: int) -> Generation:
+        raise llm.ContextOverflowError(self.name, 101, self.n_ctx)
+
+    def next_token(self, messages: llm.Messages, top_n: int) -> tuple[dict[str, float], int]:
+        raise llm.ContextOverflowError(self.name, 101, self.n_ctx)
+
+
+def test_a_prompt_that_does_not_fit_is_counted_not_fatal(tmp_path: Path) -> None:
+    from memsafe_lib.estimators.judge import LLMJudge
+
+    v = variant("q6", question="Who?", answers=("x",))
+    read = Reader(OverflowingLM(), cache_path=tmp_path / "g.sqlite").answer([v], progress=False)[0]
+    assert read.truncated and not read.correct and read.confidence == float("-inf") and read.prompt_tokens == 101
+    judge = LLMJudge(lm=OverflowingLM(), n_ctx=100, cache_path=tmp_path / "g.sqlite")
+    assert judge.scores([v, v], progress=False).tolist() == [0.5, 0.5]
+    assert (judge.truncated, judge.undecided) == (2, 0)  # overflow is not "undecided"
+
+
+def test_few_shot_prompts_share_the_exemplar_prefix_and_end_with_the_memory() -> None:
+    from memsafe_lib.estimators.judge import LLMJudge
+    from memsafe_lib.variants.construction import COMPLETE, MISSING
+
+    train = [variant(f"t{i}", state=COMPLETE if i % 2 else MISSING) for i in range(8)]
+    judge = LLMJudge(shots=4).fit(train)
+    a, b = judge.messages(variant("q7", question="Which one?")), judge.messages(variant("q8", question="What?"))
+    assert len(a) == 1 + 2 * 4 + 1 and a[:-1] == b[:-1]  # llama.cpp reuses everything but the last turn
+    assert [m["content"] for m in a[2:-1:2]] == ["Yes", "No", "Yes", "No"]
+    assert a[-1]["content"].startswith("Memory:") and "Which one?" in a[-1]["content"]

@@ -19,7 +19,7 @@ def _frame() -> pd.DataFrame:
     f["gate:memsafe:17"] = [0.1, 0.2, 0.9, 0.5, 0.6, 0.7, 0.8, 0.85, 0.95]
     f["gate:memsafe:29"] = [0.2, 0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.95]
     f["gate:text_length:17"] = [0.5] * 9
-    return G.add_fixed_gates(f, judge=None)
+    return G.add_fixed_gates(f, judge_shots=())
 
 
 def test_reader_table_by_hand() -> None:
@@ -69,3 +69,28 @@ def test_model_gates_need_every_read_memory() -> None:
                           "unsafe_prob": [0.1, 0.2]})
     with pytest.raises(ValueError, match="lexset seed 17: no test prediction for 7"):
         G.add_model_gates(f, preds, ["lexset"])
+
+
+def test_each_scored_judge_becomes_a_gate_and_an_unscored_one_does_not() -> None:
+    f = _frame().assign(judge_score=np.linspace(0, 1, 9), judge_score_4shot=np.linspace(1, 0, 9))
+    gates = G.gate_columns(G.add_fixed_gates(f))
+    assert gates["llm_judge"] == ["gate:llm_judge"] and gates["llm_judge_4shot"] == ["gate:llm_judge_4shot"]
+    partial = f.assign(judge_score_4shot=np.nan)
+    assert "llm_judge_4shot" not in G.gate_columns(G.add_fixed_gates(partial))
+    table = G.reader_table(G.add_fixed_gates(f), (1 / 9,)).set_index("gate")
+    # the four-shot judge ranks v8 (an unsafe memory the reader gets wrong) first
+    assert table.loc["llm_judge_4shot", "error_at_0.111111"] == pytest.approx(1.0)
+    assert table.loc["llm_judge", "error_at_0.111111"] == pytest.approx(0.0)  # v0: right
+
+
+def test_judge_table_carries_the_papers_values_by_name_only() -> None:
+    from memsafe_lib import config
+    from memsafe_lib.reporting.reader import judge_with_paper
+
+    paper = config.paper_reference()["llm_judge"]
+    t = judge_with_paper(pd.DataFrame({"model": ["llm_judge", "llm_judge_4shot", "lexset"],
+                                       "unsafe_auroc": [0.6, 0.7, 0.8]}))
+    assert t.paper_unsafe_auroc.tolist()[:2] == [paper["llm_judge"]["unsafe_auroc"],
+                                                 paper["llm_judge_4shot"]["unsafe_auroc"]]
+    assert pd.isna(t.paper_unsafe_auroc.iloc[2])  # the paper reports no LexSet AUROC on its judge subset
+    assert t.unsafe_auroc.tolist() == [0.6, 0.7, 0.8]

@@ -24,7 +24,13 @@ from tqdm.auto import tqdm
 
 from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.estimators.controls import Predictions
-from memsafe_lib.estimators.llm import GenerationCache, LanguageModel, load_model, resolve_model
+from memsafe_lib.estimators.llm import (
+    ContextOverflowError,
+    GenerationCache,
+    LanguageModel,
+    load_model,
+    resolve_model,
+)
 from memsafe_lib.estimators.reader import SYSTEM, memory_block
 from memsafe_lib.variants.construction import COMPLETE, MISSING, Variant
 
@@ -57,7 +63,8 @@ class LLMJudge:
     model: str = PACKAGED_SMOLLM2
     shots: int = 0
     n_ctx: int = 8192
-    """Context window; a prompt that does not fit is counted in ``truncated``."""
+    """Context window (the paper: 8,192 zero-shot, 16,384 four-shot); a prompt that does not
+    fit scores 0.5 and is counted in ``truncated``."""
     top_n: int = 20
     """Next-token candidates read; a prompt where neither Yes nor No is among them scores 0.5
     and is counted in ``undecided``."""
@@ -105,13 +112,17 @@ class LLMJudge:
             key = GenerationCache.key(lm.fingerprint, settings, messages)
             hit = cache.get(key) if cache is not None else None
             if hit is None:
-                top, prompt_tokens = lm.next_token(messages, self.top_n)
-                hit = {"top": top, "prompt_tokens": prompt_tokens}
+                try:
+                    top, prompt_tokens = lm.next_token(messages, self.top_n)
+                    hit = {"top": top, "prompt_tokens": prompt_tokens}
+                except ContextOverflowError as exc:
+                    hit = {"top": {}, "prompt_tokens": exc.prompt_tokens, "overflow": True}
                 if cache is not None:
                     cache.put(key, hit)
             p_yes, p_no = yes_no_mass(hit["top"])
-            self.truncated += int(hit["prompt_tokens"] >= self.n_ctx)
-            self.undecided += int(p_yes + p_no == 0.0)
+            overflow = bool(hit.get("overflow")) or hit["prompt_tokens"] >= self.n_ctx
+            self.truncated += int(overflow)
+            self.undecided += int(p_yes + p_no == 0.0 and not overflow)
             out.append(p_no / (p_yes + p_no) if p_yes + p_no > 0 else 0.5)
         if cache is not None:
             cache.close()

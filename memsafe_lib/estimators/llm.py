@@ -65,6 +65,17 @@ class ModelUnavailableError(RuntimeError):
     """A model that cannot be loaded offline; the message says what to install."""
 
 
+class ContextOverflowError(RuntimeError):
+    """A prompt longer than the model's context window (``n_ctx``). Both backends raise it
+    rather than silently cutting the prompt, so callers can count and report such prompts."""
+
+    def __init__(self, model: str, prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(f"{model}: prompt of {prompt_tokens} tokens exceeds the context window of {n_ctx}; "
+                         f"raise n_ctx")
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+
+
 def _package_dir(module: str) -> Path | None:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
@@ -188,6 +199,9 @@ class LlamaCppLM:
 
     def _chat(self, request: dict[str, Any]) -> dict[str, Any]:
         out = self._server.handle_chat_completions({**request, "temperature": 0.0, "cache_prompt": True})
+        error = out.get("error")
+        if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":
+            raise ContextOverflowError(self.name, int(error.get("n_prompt_tokens", -1)), self.n_ctx)
         if "error" in out:
             raise RuntimeError(f"llama.cpp ({self.name}): {out['error']}")
         return out
@@ -232,7 +246,10 @@ class TransformersLM:
 
     def _ids(self, messages: Messages) -> Any:
         text = self._tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        return self._tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(self.device)
+        ids = self._tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        if ids.shape[1] > self.n_ctx:
+            raise ContextOverflowError(self.name, int(ids.shape[1]), self.n_ctx)
+        return ids.to(self.device)
 
     def generate(self, messages: Messages, max_tokens: int) -> Generation:
         import torch

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from memsafe_lib.estimators.llm import Generation, GenerationCache, LanguageModel, Messages
+from memsafe_lib.estimators.llm import ContextOverflowError, Generation, GenerationCache, LanguageModel, Messages
 from memsafe_lib.estimators.text import unit_text
 from memsafe_lib.measures.answers import exact_match
 from memsafe_lib.variants.construction import Variant
@@ -67,10 +67,13 @@ class Reader:
         hit = cache.get(key) if cache is not None else None
         if hit is not None:
             return Generation(hit["text"], tuple(hit["token_logprobs"]), hit["prompt_tokens"], hit["truncated"])
-        out = self.model.generate(messages, self.max_tokens)
-        # llama.cpp keeps going past a full context by shifting it; say so rather than hide it
-        out = Generation(out.text, out.token_logprobs, out.prompt_tokens,
-                         out.prompt_tokens + self.max_tokens > self.model.n_ctx)
+        try:
+            out = self.model.generate(messages, self.max_tokens)
+            # an answer that runs past a full context is cut or shifted; say so rather than hide it
+            out = Generation(out.text, out.token_logprobs, out.prompt_tokens,
+                             out.prompt_tokens + self.max_tokens > self.model.n_ctx)
+        except ContextOverflowError as exc:  # no answer: scored wrong, confidence -inf, counted
+            out = Generation("", (), exc.prompt_tokens, True)
         if cache is not None:
             cache.put(key, {"text": out.text, "token_logprobs": list(out.token_logprobs),
                             "prompt_tokens": out.prompt_tokens, "truncated": out.truncated})

@@ -30,12 +30,14 @@ def judge_subset(test: Sequence[Variant], n_base: int | None, salt: str = "judge
     return [v for v in test if v.base_id in keep]
 
 
-def compare_on_subset(subset: Sequence[Variant], scores: np.ndarray, predictions: Any,
+def compare_on_subset(subset: Sequence[Variant], scores: np.ndarray | dict[str, np.ndarray], predictions: Any,
                       models: Sequence[str]) -> list[dict[str, Any]]:
-    """The judge's AUROC/AUPRC and, on the same variants, each model's (mean over its seeds)."""
+    """Each judge's AUROC/AUPRC (``scores``: one array, named ``llm_judge``, or name -> array)
+    and, on the same variants, each model's (mean over its seeds)."""
     y = np.array([v.unsafe for v in subset])
-    rows = [{"model": "llm_judge", "n_seeds": 1, "unsafe_auroc": unsafe_auroc(y, scores),
-             "unsafe_auprc": average_precision(y, scores)}]
+    judges = scores if isinstance(scores, dict) else {"llm_judge": scores}
+    rows = [{"model": name, "n_seeds": 1, "unsafe_auroc": unsafe_auroc(y, s), "unsafe_auprc": average_precision(y, s)}
+            for name, s in judges.items()]
     ids = [v.variant_id for v in subset]
     test = predictions[predictions.split == "test"]
     for model in models:

@@ -67,14 +67,25 @@ def add_model_gates(frame: pd.DataFrame, predictions: pd.DataFrame, models: Sequ
     return out
 
 
-def add_fixed_gates(frame: pd.DataFrame, confidence: str = "confidence", judge: str | None = "judge_score"
+def judge_column(shots: int) -> str:
+    """The answers frame's column for a ``shots``-shot judge (zero-shot: ``judge_score``)."""
+    return "judge_score" if shots == 0 else f"judge_score_{shots}shot"
+
+
+def judge_gate(shots: int) -> str:
+    """The gate name of a ``shots``-shot judge (zero-shot: ``llm_judge``, as in the paper's table)."""
+    return "llm_judge" if shots == 0 else f"llm_judge_{shots}shot"
+
+
+def add_fixed_gates(frame: pd.DataFrame, confidence: str = "confidence", judge_shots: Sequence[int] = (0, 4)
                     ) -> pd.DataFrame:
-    """The oracle label, the reader's negated confidence and (when scored) the judge."""
+    """The oracle label, the reader's negated confidence and each judge that was scored."""
     out = frame.copy()
     out["gate:oracle"] = out["unsafe"].astype(float)
     out["gate:confidence"] = -out[confidence].astype(float)
-    if judge is not None and judge in out:
-        out["gate:llm_judge"] = out[judge].astype(float)
+    for shots in judge_shots:
+        if judge_column(shots) in out and out[judge_column(shots)].notna().all():
+            out[f"gate:{judge_gate(shots)}"] = out[judge_column(shots)].astype(float)
     return out
 
 
@@ -218,3 +229,23 @@ def read_and_judge(variants: Sequence[Variant], scale: ScaleConfig, reader_model
             "seconds_reader": round(seconds["reader"], 1), "seconds_judge": round(seconds["judge"], 1),
             "judge_truncated": judge.truncated if judge else 0, "judge_undecided": judge.undecided if judge else 0}
     return pd.DataFrame(rows), info
+
+
+def few_shot_judge(variants: Sequence[Variant], train: Sequence[Variant], scale: ScaleConfig, judge_model: str,
+                   shots: int, n_ctx: int = 16384, progress: bool = True) -> tuple[np.ndarray, dict]:
+    """A ``shots``-shot judge's unsafe scores on memories already read, exemplars from ``train``.
+
+    A pass of its own after the reader's: every prompt starts with the same exemplars, so
+    llama.cpp computes that prefix once and each memory costs only its own tokens (run
+    between reader calls, the prefix would be evicted every time). The paper's four-shot judge
+    uses a 16,384-token window; cached like the zero-shot judge."""
+    cache = scale.cache_dir(config.NB06_READER) / "generations.sqlite"
+    judge = LLMJudge(judge_model, shots=shots, n_ctx=n_ctx, cache_path=cache).fit(train)
+    start = time.perf_counter()
+    with step(f"{shots}-shot judge {judge_model} on {len(variants)} memories"):
+        scores = judge.scores(variants, progress=progress)
+    judge.lm = None  # frees the model (a second context window of n_ctx tokens)
+    return scores, {f"seconds_judge_{shots}shot": round(time.perf_counter() - start, 1),
+                    f"judge_{shots}shot_truncated": judge.truncated, f"judge_{shots}shot_undecided": judge.undecided,
+                    f"judge_{shots}shot_n_ctx": n_ctx,
+                    f"judge_{shots}shot_exemplars": [f"{v.variant_id} ({v.state})" for v in judge.exemplars]}

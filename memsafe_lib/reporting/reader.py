@@ -11,7 +11,8 @@ from memsafe_lib import config
 from memsafe_lib.evaluation.reader_gating import COVERAGES
 
 GATE_LABELS = {"answer_all": "Answer everything", "memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF",
-               "text_length": "Memory length", "llm_judge": "LLM judge", "confidence": "Reader sequence confidence",
+               "text_length": "Memory length", "llm_judge": "LLM judge (zero-shot)",
+               "llm_judge_4shot": "LLM judge (four-shot)", "confidence": "Reader sequence confidence",
                "oracle": "Oracle integrity label",
                "combined": "Combined (MemSafe + judge + confidence)"}
 
@@ -23,6 +24,16 @@ def with_paper(table: pd.DataFrame) -> pd.DataFrame:
     out.insert(1, "label", out.gate.map(GATE_LABELS).fillna(out.gate))
     for c in COVERAGES:
         out[f"paper_error_at_{c:g}"] = out.gate.map(lambda g, c=c: paper.get(g, {}).get(f"{c:g}"))
+    return out
+
+
+def judge_with_paper(table: pd.DataFrame) -> pd.DataFrame:
+    """The judges' and models' unsafe AUROC/AUPRC on the read memories, with the paper's
+    values on its 1,000-question subset (7B judge) in ``paper_*`` columns."""
+    paper = config.paper_reference().get("llm_judge", {})
+    out = table.copy()
+    for metric in ("unsafe_auroc", "unsafe_auprc"):
+        out[f"paper_{metric}"] = out.model.map(lambda m, k=metric: paper.get(m, {}).get(k))
     return out
 
 
