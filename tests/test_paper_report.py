@@ -54,3 +54,13 @@ def test_render_values_in_prose(tmp_path: Path) -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} should be refused")
+
+
+def test_a_value_may_come_from_a_run_summary_json(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "summary.json").write_text(json.dumps({"truncated": 3, "seconds": 12.25, "list": [1, 2]}))
+    out = render("<!-- memsafe:value cpu/summary.json truncated d -->x<!-- /memsafe:value --> and "
+                 "<!-- memsafe:value cpu/summary.json seconds .1f -->x<!-- /memsafe:value -->", tmp_path)
+    assert out.split("-->")[1].startswith("3<") and "-->12.2<" in out  # 12.25 rounds half to even

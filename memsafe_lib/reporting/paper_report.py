@@ -23,6 +23,7 @@ the column, and optionally ``agg=min|max|mean|sum|count`` (required when several
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -74,7 +75,11 @@ def _frame(source: Path) -> pd.DataFrame:
     if source not in _CSV_CACHE:
         if not source.exists():
             raise FileNotFoundError(f"report value source {source} not found; run the notebook at that scale first")
-        _CSV_CACHE[source] = pd.read_csv(source)
+        if source.suffix == ".json":  # a run summary: its flat (non-list) keys as one row
+            data = json.loads(source.read_text(encoding="utf-8"))
+            _CSV_CACHE[source] = pd.DataFrame([{k: v for k, v in data.items() if not isinstance(v, list | dict)}])
+        else:
+            _CSV_CACHE[source] = pd.read_csv(source)
     return _CSV_CACHE[source]
 
 
