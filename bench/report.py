@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -16,14 +17,14 @@ from memsafe_lib.ledger import record_run
 
 
 def save_report(kind: str, name: str, args: argparse.Namespace, raw_files: Iterable[RawFile],
-                report: dict[str, Any], table: pd.DataFrame | None = None) -> None:
-    """``table``: the CSV's rows (default: ``report`` as one row)."""
+                report: dict[str, Any], table: pd.DataFrame | None = None, inputs: Iterable[Path] = ()) -> None:
+    """``table``: the CSV's rows (default: ``report`` as one row); ``inputs``: artifacts it read."""
     scale = config.scale_config(args.scale)
     stem = scale.output_dir(config.BENCH) / name
     out = write_json(stem.with_suffix(".json"), report)
     csv = write_csv(stem.with_suffix(".csv"), pd.DataFrame([report]) if table is None else table)
     record_run(f"bench:{kind}", scale, raw_files=raw_files, settings=vars(args), outputs=[out, csv],
-               metrics=report)
+               inputs=list(inputs), metrics=report)
     if table is not None:
         print(table.to_string(index=False))
         return

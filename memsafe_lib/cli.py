@@ -26,7 +26,7 @@ from memsafe_lib.evaluation.summary import summarize
 from memsafe_lib.gate import Gate, read_memories, train_gate
 from memsafe_lib.io import atomic_open, write_json, write_jsonl
 from memsafe_lib.ledger import record_run
-from memsafe_lib.notebooks import available, run_notebook
+from memsafe_lib.notebooks import available, run_notebook, up_to_date
 from memsafe_lib.reporting.paper_report import update_documents
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import CONSTRUCTIONS, accounting, construct, default_construction
@@ -183,6 +183,9 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     scale = _scale(args)
     names = available() if args.name == "all" else [args.name]
     for name in names:
+        if args.name == "all" and not args.force and up_to_date(name, scale):
+            print(f"{name} at scale {args.scale}: up to date (same code, data and parameters; --force runs it)")
+            continue
         out = run_notebook(name, scale, kernel=args.kernel)
         print(f"executed {name} at scale {args.scale}: {out}")
     return 0
@@ -276,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("notebook", help="execute a numbered notebook with papermill")
     p.add_argument("name", help="e.g. 01_construction_audit, or 'all'")
     p.add_argument("--kernel", default="memsafe")
+    p.add_argument("--force", action="store_true",
+                   help="with 'all': run notebooks this checkout already executed with the same code, data "
+                        "and parameters (skipped by default, so a killed reproduction resumes)")
     _add_scale(p)
     p.set_defaults(func=cmd_notebook)
 

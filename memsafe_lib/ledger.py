@@ -11,6 +11,7 @@ must not drop each other's entries); the file is rewritten atomically.
 
 from __future__ import annotations
 
+import ast
 import datetime as _dt
 import fcntl
 import importlib.metadata
@@ -36,6 +37,44 @@ def code_fingerprint() -> str:
     files = sorted([*root.joinpath("memsafe_lib").rglob("*.py"), *root.joinpath("memsafe_lib").rglob("*.json"),
                     *config.notebooks_dir().glob("*.py")])
     parts = [f"{p.relative_to(root).as_posix()}\x1f{sha256_file(p)}" for p in files]
+    return sha256_bytes("\n".join(parts).encode())
+
+
+def module_files(*modules: str) -> list[Path]:
+    """The source files of ``modules`` and of every ``memsafe_lib`` module they import,
+    transitively (static imports, read with :mod:`ast`; importing nothing)."""
+    root = config.REPO_ROOT
+    seen: dict[str, Path] = {}
+
+    def visit(module: str) -> None:
+        if module in seen or not module.startswith("memsafe_lib"):
+            return
+        base = root.joinpath(*module.split("."))
+        path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        if not path.is_file():
+            return  # a name imported from a module, not a module
+        seen[module] = path
+        if "." in module:
+            visit(module.rsplit(".", 1)[0])  # importing a module runs its packages' __init__ too
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                visit(node.module)
+                for alias in node.names:
+                    visit(f"{node.module}.{alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    visit(alias.name)
+
+    for module in modules:
+        visit(module)
+    return sorted(set(seen.values()))
+
+
+def module_fingerprint(*modules: str) -> str:
+    """sha256 over the source of ``modules`` and everything they import from the library:
+    a cache keyed on it survives edits elsewhere (notebooks, reports, other estimators)."""
+    root = config.REPO_ROOT
+    parts = [f"{p.relative_to(root).as_posix()}\x1f{sha256_file(p)}" for p in module_files(*modules)]
     return sha256_bytes("\n".join(parts).encode())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import json
 import os
 import sys
 import tempfile
@@ -14,7 +15,7 @@ import nbformat
 
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig
-from memsafe_lib.io import replace_row, write_csv
+from memsafe_lib.io import canonical_json, replace_row, sha256_bytes, sha256_file, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, record_run
 from memsafe_lib.progress import step
 
@@ -29,6 +30,37 @@ def default_kernel() -> str:
     from jupyter_client.kernelspec import KernelSpecManager  # lazy: the notebook stack loads only to run one
 
     return "memsafe" if "memsafe" in KernelSpecManager().find_kernel_specs() else "python3"
+
+
+def _completion_marker(name: str, scale: ScaleConfig) -> Path:
+    """Local, never committed (a fresh clone runs everything): ``<run dir>/<name>/.cache/``."""
+    return scale.run_dir / name / ".cache" / "completed.json"
+
+
+def _data_stamp() -> str:
+    """Path, size and mtime of every file under the data directory: cheap, and it changes
+    when a raw file is replaced (the ledger's sha256 is the exact check)."""
+    root = config.data_dir()
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+    return sha256_bytes("\n".join(f"{p.relative_to(root)}\x1f{p.stat().st_size}\x1f{p.stat().st_mtime_ns}"
+                                  for p in files).encode())
+
+
+def _completion(name: str, scale: ScaleConfig, parameters: dict[str, object], output: Path) -> dict[str, str]:
+    return {"notebook": name, "scale": scale.name, "code": code_fingerprint(), "data": _data_stamp(),
+            "parameters": canonical_json(parameters), "executed": sha256_file(output) if output.is_file() else ""}
+
+
+def up_to_date(name: str, scale: ScaleConfig, parameters: dict[str, object] | None = None) -> bool:
+    """Whether this checkout already executed ``name`` at ``scale`` with the same code, data
+    and parameters, and its executed notebook is untouched: ``memsafe notebook all`` then
+    skips it, so a reproduction killed in notebook 5 resumes there."""
+    marker = _completion_marker(name, scale)
+    if not marker.is_file():
+        return False
+    output = scale.output_dir(name) / f"{name}.ipynb"
+    params = {"scale": scale.name, **scale.notebook_parameters.get(name, {}), **(parameters or {})}
+    return json.loads(marker.read_text()) == _completion(name, scale, params, output)
 
 
 def run_notebook(name: str, scale: ScaleConfig, *, kernel: str | None = None, output: Path | None = None,
@@ -46,8 +78,11 @@ def run_notebook(name: str, scale: ScaleConfig, *, kernel: str | None = None, ou
     source = config.notebooks_dir() / f"{name}.py"
     if not source.exists():
         raise FileNotFoundError(f"no notebook {source}; available: {', '.join(available())}")
-    output = output or scale.output_dir(name) / f"{name}.ipynb"
+    default_output = scale.output_dir(name) / f"{name}.ipynb"
+    output = output or default_output
     output.parent.mkdir(parents=True, exist_ok=True)
+    params = {"scale": scale.name, **scale.notebook_parameters.get(name, {}), **(parameters or {})}
+    _completion_marker(name, scale).unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="memsafe-nb-") as tmp:
         src_ipynb = Path(tmp) / f"{name}.ipynb"
         jupytext.write(jupytext.read(source), src_ipynb)
@@ -59,8 +94,7 @@ def run_notebook(name: str, scale: ScaleConfig, *, kernel: str | None = None, ou
             start = time.monotonic()
             with step(f"notebook {name} at scale {scale.name}"):
                 papermill.execute_notebook(
-                    str(src_ipynb), partial, parameters={"scale": scale.name, **scale.notebook_parameters.get(name, {}),
-                                                 **(parameters or {})},
+                    str(src_ipynb), partial, parameters=params,
                     kernel_name=kernel or default_kernel(), cwd=str(config.notebooks_dir()),
                     progress_bar=sys.stderr.isatty(), stderr_file=sys.stderr,
                 )
@@ -73,6 +107,10 @@ def run_notebook(name: str, scale: ScaleConfig, *, kernel: str | None = None, ou
             if os.path.exists(partial):
                 os.unlink(partial)
     _record_run_time(name, scale, seconds, output)
+    if output == default_output:
+        marker = _completion_marker(name, scale)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_json(marker, _completion(name, scale, params, output))
     return output
 
 

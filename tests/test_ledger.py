@@ -71,3 +71,39 @@ def test_concurrent_writers_lose_no_entry(tmp_path: Path) -> None:
         pool.map(_append_many, [(str(path), w, 40) for w in (0, 1)])
     entries = [json.loads(line) for line in path.read_text().splitlines()]
     assert sorted((e["writer"], e["i"]) for e in entries) == [(w, i) for w in (0, 1) for i in range(40)]
+
+
+def _package(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / "memsafe_lib" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_module_fingerprint_follows_imports_and_nothing_else(tmp_path: Path, monkeypatch) -> None:
+    from memsafe_lib import config
+    from memsafe_lib.ledger import module_files, module_fingerprint
+
+    _package(tmp_path, {"__init__.py": "", "a.py": "from memsafe_lib.sub.b import thing\n",
+                        "sub/__init__.py": "", "sub/b.py": "import memsafe_lib.c\nthing = 1\n",
+                        "c.py": "import numpy\n", "unrelated.py": "x = 1\n"})
+    monkeypatch.setattr(config, "REPO_ROOT", tmp_path)
+    names = [p.relative_to(tmp_path / "memsafe_lib").as_posix() for p in module_files("memsafe_lib.a")]
+    assert names == ["__init__.py", "a.py", "c.py", "sub/__init__.py", "sub/b.py"]
+    before = module_fingerprint("memsafe_lib.a")
+    (tmp_path / "memsafe_lib" / "unrelated.py").write_text("x = 2\n")
+    assert module_fingerprint("memsafe_lib.a") == before  # not imported: not in the key
+    (tmp_path / "memsafe_lib" / "c.py").write_text("import numpy  # edited\n")
+    assert module_fingerprint("memsafe_lib.a") != before  # imported two steps away: in the key
+
+
+def test_stage_b_code_excludes_notebooks_reports_and_readers() -> None:
+    from memsafe_lib import config
+    from memsafe_lib.evaluation.neural import STAGE_B_CODE
+    from memsafe_lib.ledger import module_files
+
+    files = {p.relative_to(config.REPO_ROOT).as_posix() for p in module_files(STAGE_B_CODE)}
+    assert {"memsafe_lib/estimators/setmodel.py", "memsafe_lib/estimators/selection.py",
+            "memsafe_lib/measures/metrics.py"} <= files
+    assert not {f for f in files if f.startswith(("memsafe_lib/reporting", "memsafe_lib/evaluation", "notebooks"))}
+    assert "memsafe_lib/estimators/reader.py" not in files

@@ -219,3 +219,42 @@ def test_a_scale_can_narrow_a_notebook_through_its_parameters(monkeypatch: pytes
     scale = replace(SCALES["smoke"], notebook_parameters={"05_selective": {"models": ["memsafe"], "alpha": 0.1}})
     run_notebook("05_selective", scale, parameters={"alpha": 0.2})
     assert seen == {"scale": "smoke", "models": ["memsafe"], "alpha": 0.2}
+
+
+def test_notebook_all_skips_what_this_checkout_already_ran_unchanged(monkeypatch: pytest.MonkeyPatch,
+                                                                     isolated_artifacts: Path, qa_fixtures: Path
+                                                                     ) -> None:
+    """A reproduction killed after notebook 1 resumes at notebook 2; any change reruns."""
+    import shutil
+    from argparse import Namespace
+
+    import papermill
+
+    from memsafe_lib import cli, notebooks
+
+    ran: list[str] = []
+
+    def fake_execute(source: str, output: str, parameters: dict[str, object], **kwargs: object) -> None:
+        ran.append(Path(source).stem)
+        shutil.copyfile(source, output)
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+    monkeypatch.setattr(notebooks, "available", lambda: ["04_transfer", "05_selective"])
+    monkeypatch.setattr(cli, "available", lambda: ["04_transfer", "05_selective"])
+    monkeypatch.setenv(config.RECORD_ENV, "1")
+    scale = SCALES["smoke"]
+    run_notebook("04_transfer", scale)  # then the process is killed
+    assert notebooks.up_to_date("04_transfer", scale) and not notebooks.up_to_date("05_selective", scale)
+    assert not notebooks.up_to_date("04_transfer", scale, parameters={"seeds": [17]})  # other parameters
+
+    args = Namespace(name="all", scale="smoke", kernel="python3", force=False)
+    cli.cmd_notebook(args)
+    assert ran == ["04_transfer", "05_selective"]  # the first one was not run again
+    cli.cmd_notebook(args)
+    assert ran == ["04_transfer", "05_selective"]  # nothing left to do
+    executed = scale.output_dir("05_selective") / "05_selective.ipynb"
+    executed.write_text(executed.read_text() + " ")  # an edited executed notebook is not up to date
+    cli.cmd_notebook(args)
+    assert ran[-1] == "05_selective" and len(ran) == 3
+    cli.cmd_notebook(Namespace(**{**vars(args), "force": True}))
+    assert ran[-2:] == ["04_transfer", "05_selective"]

@@ -198,3 +198,26 @@ def test_set_model_trains_and_predicts_on_the_device_given() -> None:
                                   predict_sets(default, units, prov).unsafe_prob)
     batch = collate(units[:4], prov[:4], {k: [y[k][j] for j in range(4)] for k in y}).to("cpu")
     assert all(t is None or t.device.type == "cpu" for t in vars(batch).values())
+
+
+def test_stage_b_reuse_key_moves_with_what_the_grid_sees_only() -> None:
+    from types import SimpleNamespace
+
+    from memsafe_lib.encodings.encoders import VariantEncoding
+    from memsafe_lib.evaluation.neural import stage_b_inputs_key
+    from tests.synthetic import variant
+
+    vs = [variant(f"q{i}", split=split, state=state) for i, (split, state) in
+          enumerate([("train", "complete"), ("train", "missing"), ("validation", "complete"), ("test", "missing")])]
+
+    def encodings(shift: dict[str, float]) -> dict[str, VariantEncoding]:
+        return {v.variant_id: VariantEncoding(v.variant_id, np.full((2, 3), shift.get(v.variant_id, 0.0)),
+                                              np.zeros((2, 3)), np.zeros(2), np.zeros(2), 0) for v in vs}
+
+    result, smoke = SimpleNamespace(variants=vs), SCALES["smoke"]
+    key = stage_b_inputs_key(result, encodings({}), smoke, 17)
+    assert key == stage_b_inputs_key(result, encodings({}), smoke, 17)
+    assert key == stage_b_inputs_key(result, encodings({vs[3].variant_id: 1.0}), smoke, 17)  # a test memory
+    assert key != stage_b_inputs_key(result, encodings({vs[2].variant_id: 1e-7}), smoke, 17)  # validation
+    assert key != stage_b_inputs_key(result, encodings({}), smoke, 29)
+    assert key != stage_b_inputs_key(result, encodings({}), SCALES["cpu"], 17)  # another budget

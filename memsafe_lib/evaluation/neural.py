@@ -7,22 +7,25 @@ were already tuned costs only a load.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig, encoder_seed_for
+from memsafe_lib.encodings.encoders import VariantEncoding
 from memsafe_lib.encodings.stagea import StageAConfig, StageAResult, run_stage_a
 from memsafe_lib.estimators.context import NeuralContext, model_cache_dir
 from memsafe_lib.estimators.memsafe import MemSafe
 from memsafe_lib.estimators.setmodel import GRID, SetModelConfig
-from memsafe_lib.io import atomic_open
-from memsafe_lib.ledger import code_fingerprint, record_run
+from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes
+from memsafe_lib.ledger import code_fingerprint, module_fingerprint, record_run
 from memsafe_lib.progress import log, step
 from memsafe_lib.variants.construction import ConstructionResult, by_split
 from memsafe_lib.variants.store import build
@@ -46,11 +49,35 @@ def grid_file(scale: ScaleConfig) -> Path:
     return scale.output_dir(config.NB02_TRAINING) / "stage_b_grid.csv"
 
 
+STAGE_B_CODE = "memsafe_lib.estimators.memsafe"
+"""The module whose code (with everything it imports) turns encodings into a selection."""
+
+
+def stage_b_inputs_key(result: ConstructionResult, encodings: dict[str, VariantEncoding], scale: ScaleConfig,
+                       seed: int) -> str:
+    """What the grid's selection depends on, and nothing else: the training and validation
+    memories (id, state) with their Stage A encodings, the Stage B code, the grid, the budget
+    and the seed. Edits to notebooks, reports or other estimators leave it unchanged; a
+    changed encoding (data, construction or Stage A) or Stage B edit changes it. The torch
+    thread count is not in it: it moves the grid's scores in the third decimal, not the
+    selection (REPORT §11)."""
+    h = hashlib.sha256()
+    for v in sorted((v for v in result.variants if v.split in ("train", "validation")), key=lambda v: v.variant_id):
+        h.update(f"{v.variant_id}\x1f{v.split}\x1f{v.state}\n".encode())
+        e = encodings[v.variant_id]
+        for array in (e.plain, e.bridge, e.plain_logit, e.bridge_logit):
+            h.update(np.ascontiguousarray(array).tobytes())
+        h.update(str(e.top_unit).encode())
+    return sha256_bytes(canonical_json({"code": module_fingerprint(STAGE_B_CODE), "grid": list(GRID), "seed": seed,
+                                        "budget": asdict(scale.neural), "encodings": h.hexdigest()}).encode())
+
+
 def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = True) -> dict[str, Any]:
     """The grid point chosen on MuSiQue validation (seed 17, first encoder seed).
 
-    Written to ``stage_b_grid.csv`` with the code fingerprint; reused while the code is
-    unchanged. At scales without the full grid, the paper's point is used unevaluated.
+    Written to ``stage_b_grid.csv`` with :func:`stage_b_inputs_key`; reused while that key is
+    unchanged (Stage A encodings come from their cache). At scales without the full grid, the
+    paper's point is used unevaluated.
     """
     budget = scale.neural
     if not budget.full_grid:
@@ -58,14 +85,15 @@ def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = Tru
     path = grid_file(scale)
     meta = path.with_suffix(".json")
     recorded = scale.recorded_dir / config.NB02_TRAINING / meta.name  # a scratch run may reuse it
-    for saved_meta in dict.fromkeys([meta, recorded]):
-        saved = json.loads(saved_meta.read_text()) if saved_meta.exists() else {}
-        if saved.get("code") == code_fingerprint():
-            log(f"Stage B grid: reusing the selection in {saved_meta} ({saved['selected']})")
-            return dict(saved["selected"])
     loaded, result = build(GRID_DATASET, "size-matched", scale)
     seed = budget.encoder_seeds[0]
     encodings = stage_a_for(result, scale, seed, device, progress).encodings
+    key = stage_b_inputs_key(result, encodings, scale, seed)
+    for saved_meta in dict.fromkeys([meta, recorded]):
+        saved = json.loads(saved_meta.read_text()) if saved_meta.exists() else {}
+        if saved.get("inputs_key") == key:
+            log(f"Stage B grid: reusing the selection in {saved_meta} ({saved['selected']})")
+            return dict(saved["selected"])
     splits = by_split(result.variants)
     model = MemSafe(encodings, seed=seed, base=SetModelConfig(epochs=budget.stage_b_epochs), grid=GRID, device=device)
     with step(f"Stage B grid: {len(GRID)} points on {GRID_DATASET} validation"):
@@ -75,7 +103,8 @@ def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = Tru
     with atomic_open(path, "w") as fh:
         scores.to_csv(fh, index=False, float_format="%.6f")
     with atomic_open(meta, "w") as fh:
-        json.dump({"code": code_fingerprint(), "selected": selected, "dataset": GRID_DATASET, "seed": seed,
+        json.dump({"inputs_key": key, "code": code_fingerprint(), "selected": selected, "dataset": GRID_DATASET,
+                   "seed": seed, "torch_threads": config.torch_threads(),
                    "rule": "validation unsafe AUROC, macro-F1 tie-break, then grid order"}, fh, indent=2)
     record_run("stage-b-grid", scale, raw_files=loaded.files, outputs=[path, meta],
                settings={"dataset": GRID_DATASET, "seed": seed, "grid": list(GRID), "budget": asdict(budget)},

@@ -1,0 +1,120 @@
+"""Where a run's time goes: minutes per notebook and per heavy step.
+
+Read from what the runs already leave behind, so no run has to be repeated to profile it:
+each executed notebook's progress lines (:func:`memsafe_lib.progress.step` writes
+``<what>: done in <t>``; Stage A writes ``... <n> encoded in <t>``) and ``run_times.csv``
+(the notebook's wall time and thread counts). Steps are classed by what they do; a step that
+ran inside another logged step is counted once, under the outer one. ``other`` is the
+notebook's wall time minus its classed steps (data loading, construction, tables, figures).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+LINE = re.compile(r"\[memsafe (?P<clock>\d\d:\d\d:\d\d) \+[^\]]*\] (?P<message>.*)$")
+DONE = re.compile(r"^(?P<what>.*): done in (?P<value>[\d.]+) (?P<unit>s|min|h)$")
+ENCODED = re.compile(r"^(?P<what>Stage A .*) encoded in (?P<value>[\d.]+) (?P<unit>s|min|h)$")
+UNIT_SECONDS = {"s": 1.0, "min": 60.0, "h": 3600.0}
+
+KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("stage_a_finetune", re.compile(r"^Stage A .*: fine-tune on")),
+    ("stage_a_encode", re.compile(r"^Stage A .*pairs requested")),
+    ("stage_b_grid", re.compile(r"^Stage B grid: \d+ points")),
+    ("memsafe_fits", re.compile(r"(: | )memsafe\w* seed \d+(: fit and predict)?$")),
+    ("reader_and_judges", re.compile(r"^reader |judge ")),
+    ("other_estimators", re.compile(r"seed \d+: fit and predict$|^transfer ")),
+)
+"""(column, what a step's text matches); the first match wins."""
+STEP_COLUMNS = tuple(kind for kind, _ in KINDS)
+
+
+@dataclass(frozen=True)
+class Step:
+    what: str
+    kind: str | None
+    end: float
+    """Seconds since the first progress line of the notebook (the clock is read modulo a day)."""
+    seconds: float
+
+    @property
+    def start(self) -> float:
+        return self.end - self.seconds
+
+
+def classify(what: str) -> str | None:
+    return next((kind for kind, pattern in KINDS if pattern.search(what)), None)
+
+
+def progress_lines(notebook: Path) -> list[str]:
+    """The progress lines of an executed notebook, in order (from its stderr stream outputs)."""
+    cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
+    lines: list[str] = []
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                text = output.get("text", "")
+                lines += ("".join(text) if isinstance(text, list) else text).splitlines()
+    return [line for line in lines if LINE.search(line)]
+
+
+def parse_steps(lines: Iterable[str]) -> list[Step]:
+    """Every finished step, with its end time on a clock that keeps counting past midnight."""
+    steps, day, last, origin = [], 0.0, None, None
+    for line in lines:
+        m = LINE.search(line)
+        if m is None:
+            continue
+        h, mi, s = (int(x) for x in m["clock"].split(":"))
+        clock = h * 3600 + mi * 60 + s + day
+        if last is not None and clock < last - 1:  # past midnight
+            day += 86400
+            clock += 86400
+        last = clock
+        origin = clock if origin is None else origin
+        done = DONE.match(m["message"]) or ENCODED.match(m["message"])
+        if done:
+            seconds = float(done["value"]) * UNIT_SECONDS[done["unit"]]
+            steps.append(Step(done["what"], classify(done["what"]), clock - origin, seconds))
+    return steps
+
+
+def outermost(steps: list[Step], tolerance: float = 2.0) -> list[Step]:
+    """Classed steps not inside another classed step (times are logged to the second)."""
+    classed = [s for s in steps if s.kind is not None]
+    return [s for s in classed if not any(o is not s and o.seconds > s.seconds and o.start - tolerance <= s.start
+                                          and s.end <= o.end + tolerance for o in classed)]
+
+
+def notebook_profile(notebook: Path, minutes: float) -> dict[str, float]:
+    """Minutes per step kind and ``other`` for one executed notebook of ``minutes`` wall time."""
+    spent = dict.fromkeys(STEP_COLUMNS, 0.0)
+    for s in outermost(parse_steps(progress_lines(notebook))):
+        spent[s.kind] += s.seconds / 60  # type: ignore[index]
+    row = {k: round(v, 1) for k, v in spent.items()}
+    row["other"] = round(max(0.0, minutes - sum(spent.values())), 1)
+    return row
+
+
+def time_table(run_dir: Path) -> pd.DataFrame:
+    """One row per notebook of ``run_times.csv`` under ``run_dir`` (minutes, threads, steps)
+    and a total row."""
+    times = pd.read_csv(run_dir / "run_times.csv")
+    rows = []
+    for t in times.itertuples(index=False):
+        notebook = run_dir / t.notebook / f"{t.notebook}.ipynb"
+        if not notebook.is_file():
+            raise FileNotFoundError(f"{run_dir / 'run_times.csv'}: notebook {t.notebook} has a time but no "
+                                    f"executed notebook at {notebook}")
+        rows.append({"notebook": t.notebook, "minutes": float(t.minutes), "torch_threads": int(t.torch_threads),
+                     **notebook_profile(notebook, float(t.minutes))})
+    table = pd.DataFrame(rows)
+    total = {"notebook": "total", "minutes": round(table.minutes.sum(), 1), "torch_threads": None,
+             **{c: round(table[c].sum(), 1) for c in (*STEP_COLUMNS, "other")}}
+    return pd.concat([table, pd.DataFrame([total])], ignore_index=True)

@@ -1,0 +1,62 @@
+"""The time table reads the progress lines of executed notebooks; checked on hand-made ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memsafe_lib.reporting import timings as T
+
+
+def _notebook(path: Path, lines: list[str]) -> Path:
+    cells = [{"cell_type": "code", "source": "", "metadata": {}, "execution_count": 1,
+              "outputs": [{"output_type": "stream", "name": "stderr", "text": [f"{x}\n" for x in lines]}]}]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+LINES = [
+    "[memsafe 23:50:00 +1.0 s] Stage A musique fold 0 encoder (seed 17): fine-tune on 4,000 pairs ...",
+    "[memsafe 23:52:00 +2.0 min] Stage A musique fold 0 encoder (seed 17): fine-tune on 4,000 pairs: done in 2.0 min",
+    "[memsafe 23:55:00 +5.0 min] Stage A musique (seed 17): 100 pairs requested, 80 unique, 0 read from cache, "
+    "80 encoded in 3.0 min",
+    "[memsafe 23:55:00 +5.0 min] musique: memsafe seed 17: fit and predict ...",
+    "[memsafe 23:56:00 +6.0 min] Stage A musique fold 1 encoder (seed 17): fine-tune on 10 pairs: done in 30.0 s",
+    "[memsafe 00:01:00 +11.0 min] musique: memsafe seed 17: fit and predict: done in 6.0 min",
+    "[memsafe 00:01:30 +11.5 min] musique: lexset seed 17: fit and predict: done in 30.0 s",
+    "[memsafe 00:02:00 +12.0 min] loading data: done in 9.0 s",
+    "[memsafe 01:40:00 +1.83 h] 4-shot judge qwen on 30 memories: done in 1.50 h",
+    "plain stderr text that is not a progress line",
+]
+
+
+def test_steps_are_classed_nested_ones_counted_once_and_midnight_crossed(tmp_path: Path) -> None:
+    steps = T.parse_steps(T.progress_lines(_notebook(tmp_path / "nb.ipynb", LINES)))
+    assert [s.kind for s in steps] == ["stage_a_finetune", "stage_a_encode", "stage_a_finetune", "memsafe_fits",
+                                       "other_estimators", None, "reader_and_judges"]
+    assert steps[3].end == 11 * 60 and steps[3].seconds == 360  # 00:01:00 is after 23:50:00
+    kept = T.outermost(steps)
+    # the fold-1 fine-tune ran inside the MemSafe fit: counted there, not twice
+    assert [s.what for s in kept if s.kind == "stage_a_finetune"] == [steps[0].what]
+
+
+def test_time_table_by_hand(tmp_path: Path) -> None:
+    _notebook(tmp_path / "02_training" / "02_training.ipynb", LINES)
+    (tmp_path / "run_times.csv").write_text("notebook,scale,minutes,cores,fit_threads,torch_threads\n"
+                                            "02_training,cpu,120.0,2,1,2\n")
+    row = T.time_table(tmp_path).set_index("notebook").loc["02_training"]
+    assert (row.stage_a_finetune, row.stage_a_encode, row.memsafe_fits) == (2.0, 3.0, 6.0)
+    assert (row.other_estimators, row.reader_and_judges) == (0.5, 90.0)
+    assert row.other == pytest.approx(120 - 2 - 3 - 6 - 0.5 - 90)  # loading data is not classed
+    total = T.time_table(tmp_path).set_index("notebook").loc["total"]
+    assert total.minutes == 120.0
+
+
+def test_a_timed_notebook_without_its_executed_copy_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "run_times.csv").write_text("notebook,scale,minutes,cores,fit_threads,torch_threads\n"
+                                            "03_ablations,cpu,1.0,2,1,2\n")
+    with pytest.raises(FileNotFoundError, match="03_ablations"):
+        T.time_table(tmp_path)
