@@ -2,8 +2,11 @@
 
 Runs, on the same variants in one process: (1) the cached path (unique pairs only), and
 (2) a naive loop that encodes every pair of every variant. Reports useful tokens/s, pairs/s
-and the ratio of pairs encoded. Results go to artifacts/<scale>/bench/encoder.json and the
-run ledger.
+and the ratio of pairs encoded, and sets the throughput against the machine's roofline,
+measured in the same run: the GFLOP/s of a large matmul in the encoder's dtype, and the
+GFLOP/s the encoder achieves (useful tokens/s x forward FLOPs per token: two per weight of
+the transformer layers, plus attention's score and value products at the mean padded
+length). Results go to artifacts/<scale>/bench/encoder_<dtype>_<device>.json and the ledger.
 
     .venv/bin/python bench/bench_encoder.py --dataset musique --base-queries 40 [--fp32]
 """
@@ -32,6 +35,31 @@ from memsafe_lib.encodings.encoders import (
 )
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.store import build
+
+
+def matmul_gflops(dtype: torch.dtype, device: str, n: int = 1024, seconds: float = 3.0) -> float:
+    """GFLOP/s of an n x n matmul in ``dtype``, best of repeated timed loops (the roofline's
+    compute ceiling for this machine, thread count and dtype)."""
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    for _ in range(3):
+        a @ b  # warm-up: first calls pay for allocation and kernel selection
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start, reps = time.perf_counter(), 10
+        for _ in range(reps):
+            a @ b
+        best = max(best, 2 * n**3 * reps / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def forward_flops_per_token(model: CrossEncoder, mean_length: float) -> float:
+    """Forward FLOPs per token of the backbone's transformer layers: 2 per weight of the
+    linear maps, plus QK^T and AV (4 x hidden x sequence length per layer); embeddings and
+    the head are lookups or negligible."""
+    cfg = model.backbone.config
+    weights = sum(p.numel() for name, p in model.backbone.named_parameters()
+                  if ".layer." in name and p.dim() == 2)
+    return 2 * weights + 4 * cfg.hidden_size * mean_length * cfg.num_hidden_layers
 
 
 def main() -> None:
@@ -84,6 +112,12 @@ def main() -> None:
         "padding_overhead": cached.padded_tokens / max(cached.tokens, 1) - 1,
         "pairs_per_s": cached.encoded / max(cached.seconds, 1e-9),
     }
+    dtype = torch.bfloat16 if config.bf16 else torch.float32
+    mean_length = cached.padded_tokens / max(cached.encoded, 1)
+    achieved = report["useful_tokens_per_s"] * forward_flops_per_token(model, mean_length) / 1e9
+    peak = matmul_gflops(dtype, args.device)
+    report.update({"mean_padded_length": mean_length, "matmul_gflops": peak, "encoder_gflops": achieved,
+                   "share_of_roofline": achieved / peak})
     save_report("encoder", f"encoder_{'fp32' if args.fp32 else 'bf16'}_{args.device}", args, loaded.files, report)
 
 if __name__ == "__main__":
