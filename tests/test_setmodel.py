@@ -221,3 +221,17 @@ def test_stage_b_reuse_key_moves_with_what_the_grid_sees_only() -> None:
     assert key != stage_b_inputs_key(result, encodings({vs[2].variant_id: 1e-7}), smoke, 17)  # validation
     assert key != stage_b_inputs_key(result, encodings({}), smoke, 29)
     assert key != stage_b_inputs_key(result, encodings({}), SCALES["cpu"], 17)  # another budget
+
+
+def test_bf16_stage_b_computes_in_bf16_keeps_fp32_weights_and_still_learns() -> None:
+    units, prov, y = _task(600, 0)
+    test_units, test_prov, test_y = _task(300, 1)
+    config = SetModelConfig(width=32, heads=2, epochs=15, bf16=True)
+    model, _ = train_set_model(units, prov, y, config, seed=5)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # autocast, not a bf16 model
+    seen: list[torch.dtype] = []
+    model.unit_in[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    out = predict_sets(model, test_units, test_prov)
+    assert seen and set(seen) == {torch.bfloat16}  # the matmuls ran in bf16
+    assert out.unsafe_prob.dtype == np.float32 and np.isfinite(out.unsafe_prob).all()
+    assert roc_auc_score(test_y["unsafe"], out.unsafe_prob) > 0.95  # the same bar as fp32 above

@@ -57,4 +57,5 @@ class NeuralContext:
         return table[encoder_seed].encodings
 
     def set_config(self, **overrides: Any) -> SetModelConfig:
-        return replace(SetModelConfig(epochs=self.budget.stage_b_epochs), **{**self.stage_b, **overrides})
+        return replace(SetModelConfig(epochs=self.budget.stage_b_epochs, bf16=self.budget.stage_b_bf16),
+                       **{**self.stage_b, **overrides})

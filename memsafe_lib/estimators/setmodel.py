@@ -43,6 +43,9 @@ class SetModelConfig:
     """Include LexSet's unit features in the unit tokens (an ablation switches them off)."""
     localization_heads: bool = True
     """Train the per-unit evidence and missing-count heads (an ablation switches them off)."""
+    bf16: bool = False
+    """Forward and backward passes under bf16 autocast (weights, optimiser state and losses stay
+    fp32): much faster where the CPU has bf16 matrix units (``bench/stage_b_precision.py``)."""
 
 
 GRID: tuple[dict[str, Any], ...] = tuple(
@@ -156,6 +159,11 @@ def loss_fn(out: dict[str, torch.Tensor], batch: SetBatch, localization: bool = 
     return loss
 
 
+def _autocast(config: SetModelConfig, device: torch.device | str) -> torch.autocast:
+    """bf16 autocast when the config asks for it (a no-op context otherwise)."""
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=config.bf16)
+
+
 @dataclass
 class SetOutputs:
     unsafe_prob: np.ndarray
@@ -182,7 +190,8 @@ def predict_sets(model: SetModel, units: Sequence[np.ndarray], provenance: np.nd
     for i in range(0, len(order), batch_size):
         idx = order[i:i + batch_size]
         batch = collate([units[j] for j in idx], provenance[idx]).to(device)
-        out = {k: v.cpu() for k, v in model(batch).items()}
+        with _autocast(model.config, device):
+            out = {k: v.float().cpu() for k, v in model(batch).items()}
         unsafe[idx] = torch.sigmoid(out["unsafe"]).numpy()
         states[idx] = torch.softmax(out["state"], -1).numpy()
         count[idx] = out["count"].clamp(min=0).numpy()
@@ -224,7 +233,8 @@ def train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, targets
             idx = order[i:i + config.batch_size]
             batch = collate([units[j] for j in idx], provenance[idx],
                             {k: [targets[k][j] for j in idx] for k in targets}).to(device)
-            loss = loss_fn(model(batch), batch, config.localization_heads)
+            with _autocast(config, device):
+                loss = loss_fn(model(batch), batch, config.localization_heads)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)

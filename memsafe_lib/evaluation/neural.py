@@ -95,7 +95,8 @@ def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = Tru
             log(f"Stage B grid: reusing the selection in {saved_meta} ({saved['selected']})")
             return dict(saved["selected"])
     splits = by_split(result.variants)
-    model = MemSafe(encodings, seed=seed, base=SetModelConfig(epochs=budget.stage_b_epochs), grid=GRID, device=device)
+    base = SetModelConfig(epochs=budget.stage_b_epochs, bf16=budget.stage_b_bf16)
+    model = MemSafe(encodings, seed=seed, base=base, grid=GRID, device=device)
     with step(f"Stage B grid: {len(GRID)} points on {GRID_DATASET} validation"):
         model.fit(splits["train"], splits["validation"])
     scores = pd.DataFrame(model.selection_scores)
