@@ -12,27 +12,25 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import pstats
 import time
 
 import pandas as pd
+from cached_inputs import stage_b_inputs  # bench/cached_inputs.py
 from report import save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.estimators.memsafe import MemSafe
 from memsafe_lib.estimators.setmodel import SetModelConfig
-from memsafe_lib.evaluation.neural import grid_file, stage_a_for
 from memsafe_lib.threads import configure_threads
-from memsafe_lib.variants.construction import by_split
-from memsafe_lib.variants.store import build
 
 
 def top_functions(profile: cProfile.Profile, key: str, n: int) -> list[dict[str, object]]:
     stats = pstats.Stats(profile)
     rows = []
     for (file, line, name), (_cc, calls, own, cumulative, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        where = file.split("site-packages/")[-1].split("/work/")[-1]
+        root = f"{config.REPO_ROOT}/"
+        where = file.split("site-packages/")[-1].removeprefix(root)
         rows.append({"function": f"{where}:{line}({name})", "calls": calls, "own_s": round(own, 2),
                      "cumulative_s": round(cumulative, 2)})
     return sorted(rows, key=lambda r: -float(r[key]))[:n]  # type: ignore[arg-type]
@@ -47,12 +45,8 @@ def main() -> None:
     args = parser.parse_args()
     threads = configure_threads()
     scale = config.scale_config(args.scale)
-    selection = grid_file(scale).with_suffix(".json")
-    recorded = scale.recorded_dir / config.NB02_TRAINING / selection.name
-    point = json.loads((selection if selection.exists() else recorded).read_text())["selected"]
-    loaded, result = build(args.dataset, "size-matched", scale)
-    encodings = stage_a_for(result, scale, scale.neural.encoder_seeds[0]).encodings
-    splits = by_split(result.variants)
+    inputs = stage_b_inputs(args.dataset, scale)
+    encodings, splits, point = inputs.encodings, inputs.splits, inputs.point
     model = MemSafe(encodings, args.seed, SetModelConfig(epochs=scale.neural.stage_b_epochs, **point))
     profile = cProfile.Profile()
     start = time.perf_counter()
@@ -66,7 +60,7 @@ def main() -> None:
     report = {"dataset": args.dataset, "seed": args.seed, "seconds_profiled": round(seconds, 1),
               "train_memories": len(splits["train"]), "epochs": scale.neural.stage_b_epochs,
               "torch_threads": threads[1], "point": point}
-    save_report("profile-memsafe-fit", f"profile_memsafe_fit_{args.dataset}", args, loaded.files, report,
+    save_report("profile-memsafe-fit", f"profile_memsafe_fit_{args.dataset}", args, inputs.raw_files, report,
                 table=pd.concat([own, cumulative], ignore_index=True))
 
 

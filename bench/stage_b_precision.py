@@ -11,22 +11,20 @@ the Stage B point notebook 02 selected, on the scale's cached Stage A encodings.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+from cached_inputs import stage_b_inputs  # bench/cached_inputs.py
 from report import save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.estimators.memsafe import MemSafe
 from memsafe_lib.estimators.setmodel import SetModelConfig
-from memsafe_lib.evaluation.neural import grid_file, stage_a_for
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
 from memsafe_lib.threads import configure_threads
-from memsafe_lib.variants.construction import by_split, present_states
-from memsafe_lib.variants.store import build
+from memsafe_lib.variants.construction import present_states
 
 
 def main() -> None:
@@ -37,12 +35,8 @@ def main() -> None:
     args = parser.parse_args()
     threads = configure_threads()
     scale = config.scale_config(args.scale)
-    selection = grid_file(scale).with_suffix(".json")
-    recorded = scale.recorded_dir / config.NB02_TRAINING / selection.name
-    point = json.loads((selection if selection.exists() else recorded).read_text())["selected"]
-    loaded, result = build(args.dataset, "size-matched", scale)
-    encodings = stage_a_for(result, scale, scale.neural.encoder_seeds[0]).encodings
-    splits = by_split(result.variants)
+    inputs = stage_b_inputs(args.dataset, scale)
+    encodings, splits, point = inputs.encodings, inputs.splits, inputs.point
     validation = splits["validation"]
     labels = present_states([v.state for v in validation])
     base = SetModelConfig(epochs=scale.neural.stage_b_epochs, **point)
@@ -67,7 +61,7 @@ def main() -> None:
               "validation_auroc_bf16": float(by.validation_auroc.mean()["bf16"]),
               "validation_auroc_sd_fp32": float(np.std(table[table.precision == "fp32"].validation_auroc, ddof=1))
               if len(args.seeds) > 1 else 0.0}
-    save_report("stage-b-precision", f"stage_b_precision_{args.dataset}", args, loaded.files, report, table=table)
+    save_report("stage-b-precision", f"stage_b_precision_{args.dataset}", args, inputs.raw_files, report, table=table)
 
 
 if __name__ == "__main__":
