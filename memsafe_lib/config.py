@@ -77,16 +77,21 @@ def native_threads() -> int | None:
     """``MEMSAFE_THREADS``: threads for every native pool (OpenMP, BLAS, torch); 0 leaves each
     library at its own default; unset (None) means the measured defaults of :func:`fit_threads`
     and :func:`torch_threads`."""
-    value = os.environ.get(THREADS_ENV, "").strip()
+    return _int_env(THREADS_ENV, minimum=0, meaning=" (0 = library defaults)")
+
+
+def _int_env(name: str, *, minimum: int, meaning: str = "") -> int | None:
+    """An integer environment setting (None when unset), refused with its name when invalid."""
+    value = os.environ.get(name, "").strip()
     if not value:
         return None
     try:
-        threads = int(value)
+        number = int(value)
     except ValueError:
-        raise ValueError(f"{THREADS_ENV}={value!r} is not an integer (0 = library defaults)") from None
-    if threads < 0:
-        raise ValueError(f"{THREADS_ENV}={value!r} must be >= 0 (0 = library defaults)")
-    return threads
+        raise ValueError(f"{name}={value!r} is not an integer{meaning}") from None
+    if number < minimum:
+        raise ValueError(f"{name}={value!r} must be >= {minimum}{meaning}")
+    return number
 
 
 def fit_threads() -> int:
@@ -101,6 +106,23 @@ def torch_threads() -> int:
     busy processes, a far milder loss than OpenMP's stall in scikit-learn (same table)."""
     threads = native_threads()
     return (os.cpu_count() or 1) if threads is None else threads
+
+
+STAGE_B_THREADS = 1
+"""torch threads of every Stage B fit and prediction on CPU, whatever ``MEMSAFE_THREADS`` says.
+Why: in bf16 a fit with two threads is not the same fit as with one (the same seed's validation
+predictions differ, ``bench/stage_b_parallel.py``), so pinning it makes Stage B numbers
+independent of the machine's core count; and its matrices are too small for threads to share
+well, so fits of different seeds or grid points run side by side in processes instead
+(:func:`fit_workers`)."""
+FIT_WORKERS_ENV = "MEMSAFE_FIT_WORKERS"
+
+
+def fit_workers() -> int:
+    """Processes that fit independent Stage B models side by side: ``MEMSAFE_FIT_WORKERS``,
+    else one per core (1 fits in this process). The numbers do not depend on it."""
+    workers = _int_env(FIT_WORKERS_ENV, minimum=1)
+    return (os.cpu_count() or 1) if workers is None else workers
 
 
 def notebooks_dir() -> Path:

@@ -10,6 +10,8 @@ who imports the library into their own script gets the same protection.
 
 The numbers come from :mod:`memsafe_lib.config` (``MEMSAFE_THREADS``): unset, OpenMP/BLAS
 fits get one thread and torch one per core; a number sets every pool; 0 changes nothing.
+Stage B (the set model) is the exception: it always runs one torch thread on CPU
+(:func:`torch_threads_held`), see :data:`memsafe_lib.config.STAGE_B_THREADS`.
 """
 
 from __future__ import annotations
@@ -58,3 +60,18 @@ def limited_threads(threads: int | None = None) -> Iterator[int]:
         return
     with threadpool_limits(limits=threads):
         yield threads
+
+
+@contextmanager
+def torch_threads_held(threads: int) -> Iterator[int]:
+    """torch intra-op threads at ``threads`` inside the block, restored after (nesting is fine)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if before != threads:
+        torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)

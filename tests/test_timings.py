@@ -35,7 +35,7 @@ LINES = [
 
 def test_steps_are_classed_nested_ones_counted_once_and_midnight_crossed(tmp_path: Path) -> None:
     steps = T.parse_steps(T.progress_lines(_notebook(tmp_path / "nb.ipynb", LINES)))
-    assert [s.kind for s in steps] == ["stage_a_finetune", "stage_a_encode", "stage_a_finetune", "memsafe_fits",
+    assert [s.kind for s in steps] == ["stage_a_finetune", "stage_a_encode", "stage_a_finetune", "stage_b_fits",
                                        "other_estimators", None, "reader_and_judges"]
     assert steps[3].end == 11 * 60 and steps[3].seconds == 360  # 00:01:00 is after 23:50:00
     kept = T.outermost(steps)
@@ -48,7 +48,7 @@ def test_time_table_by_hand(tmp_path: Path) -> None:
     (tmp_path / "run_times.csv").write_text("notebook,scale,minutes,cores,fit_threads,torch_threads\n"
                                             "02_training,cpu,120.0,2,1,2\n")
     row = T.time_table(tmp_path).set_index("notebook").loc["02_training"]
-    assert (row.stage_a_finetune, row.stage_a_encode, row.memsafe_fits) == (2.0, 3.0, 6.0)
+    assert (row.stage_a_finetune, row.stage_a_encode, row.stage_b_fits) == (2.0, 3.0, 6.0)
     assert (row.other_estimators, row.reader_and_judges) == (0.5, 90.0)
     assert row.other == pytest.approx(120 - 2 - 3 - 6 - 0.5 - 90)  # loading data is not classed
     total = T.time_table(tmp_path).set_index("notebook").loc["total"]
@@ -60,3 +60,14 @@ def test_a_timed_notebook_without_its_executed_copy_is_an_error(tmp_path: Path) 
                                             "03_ablations,cpu,1.0,2,1,2\n")
     with pytest.raises(FileNotFoundError, match="03_ablations"):
         T.time_table(tmp_path)
+
+
+def test_side_by_side_fits_count_once_as_stage_b(tmp_path: Path) -> None:
+    """Fits in worker processes overlap: only the batch's wall time counts, as Stage B fits."""
+    lines = ["[memsafe 10:00:00 +1.0 s] musique: 2 Stage B fits side by side ...",
+             "[memsafe 10:01:10 +1.2 min] musique: memsafe seed 17: fitted in a worker in 70.0 s",
+             "[memsafe 10:01:12 +1.2 min] musique: mean_pool seed 17: fitted in a worker in 71.0 s",
+             "[memsafe 10:01:12 +1.2 min] musique: 2 Stage B fits side by side: done in 72.0 s",
+             "[memsafe 10:02:12 +2.2 min] hotpotqa: mean_pool seed 29: fit and predict: done in 60.0 s"]
+    steps = T.parse_steps(T.progress_lines(_notebook(tmp_path / "nb.ipynb", lines)))
+    assert [(s.kind, s.seconds) for s in steps] == [("stage_b_fits", 72.0), ("stage_b_fits", 60.0)]

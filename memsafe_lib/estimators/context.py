@@ -56,6 +56,14 @@ class NeuralContext:
                              f"context with {'frozen' if frozen else 'finetuned'}=True")
         return table[encoder_seed].encodings
 
+    def without_encoders(self) -> NeuralContext:
+        """The same context holding only the Stage A encodings (all that set models read):
+        light enough to hand to worker processes; fold encoders and ranker stay here."""
+        def strip(table: dict[int, StageAResult]) -> dict[int, StageAResult]:
+            return {s: replace(r, encoders=(), bi=None) for s, r in table.items()}  # type: ignore[arg-type]
+
+        return replace(self, stage_a=strip(self.stage_a), frozen=strip(self.frozen))
+
     def set_config(self, **overrides: Any) -> SetModelConfig:
         return replace(SetModelConfig(epochs=self.budget.stage_b_epochs, bf16=self.budget.stage_b_bf16),
                        **{**self.stage_b, **overrides})

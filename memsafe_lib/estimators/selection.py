@@ -50,16 +50,19 @@ def select(
     if validation is None or len(grid) == 1 or len({v.unsafe for v in validation}) < 2:
         model = fit(grid[0])
         return Selected(model, dict(grid[0]), None, None, [])
-    best: tuple[float, float, int] | None = None
-    chosen: Selected[M] | None = None
-    scores = []
-    for i, config in enumerate(grid):
+    models, scores = [], []
+    for config in grid:
         model = fit(config)
         auroc, f1 = validation_scores(lambda vs, m=model: predict(m, vs), validation)
+        models.append(model)
         scores.append({**config, "validation_auroc": auroc, "validation_macro_f1": f1})
-        key = (auroc, f1, -i)
-        if best is None or key > best:
-            best, chosen = key, Selected(model, dict(config), auroc, f1, scores)
-    assert chosen is not None
-    chosen.grid_scores = scores
-    return chosen
+    i = best_index(scores)
+    return Selected(models[i], dict(grid[i]), scores[i]["validation_auroc"], scores[i]["validation_macro_f1"], scores)
+
+
+def best_index(scores: Sequence[dict[str, Any]]) -> int:
+    """The rule on already-scored grid points (``validation_auroc``, ``validation_macro_f1``):
+    highest AUROC, then macro F1, then the earliest point."""
+    if not scores:
+        raise ValueError("no scored grid points")
+    return max(range(len(scores)), key=lambda i: (scores[i]["validation_auroc"], scores[i]["validation_macro_f1"], -i))

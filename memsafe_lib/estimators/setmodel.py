@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from memsafe_lib.config import STAGE_B_THREADS
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
+from memsafe_lib.threads import torch_threads_held
 from memsafe_lib.variants.construction import STATES, present_states
 
 
@@ -177,11 +180,22 @@ class SetOutputs:
         return np.array([self.states[i] for i in self.state_prob.argmax(1)], dtype=object)
 
 
-@torch.no_grad()
+def _held_threads(device: torch.device | str) -> Any:
+    """One torch thread for Stage B on CPU (:data:`memsafe_lib.config.STAGE_B_THREADS`)."""
+    return torch_threads_held(STAGE_B_THREADS) if torch.device(device).type == "cpu" else nullcontext()
+
+
 def predict_sets(model: SetModel, units: Sequence[np.ndarray], provenance: np.ndarray,
                  batch_size: int = 256) -> SetOutputs:
-    model.eval()
     device = next(model.parameters()).device
+    with _held_threads(device):
+        return _predict_sets(model, units, provenance, batch_size, device)
+
+
+@torch.no_grad()
+def _predict_sets(model: SetModel, units: Sequence[np.ndarray], provenance: np.ndarray, batch_size: int,
+                  device: torch.device) -> SetOutputs:
+    model.eval()
     order = np.argsort([len(u) for u in units], kind="stable")  # similar sizes share a batch
     unsafe = np.zeros(len(units), np.float32)
     states = np.zeros((len(units), len(model.states)), np.float32)
@@ -216,7 +230,17 @@ def train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, targets
     ``validation`` = (units, provenance, unsafe labels, state labels). Deterministic for a
     seed on CPU: one generator drives initialisation, dropout and the batch order. ``device``:
     where the model trains (initialised on CPU first, so a seed gives the same start anywhere).
+    On CPU it trains on one torch thread whatever the process's setting, so a seed gives the
+    same fit on any machine (:data:`memsafe_lib.config.STAGE_B_THREADS`).
     """
+    with _held_threads(device):
+        return _train_set_model(units, provenance, targets, config, seed, validation, device, states)
+
+
+def _train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, targets: dict[str, Any],
+                     config: SetModelConfig, seed: int,
+                     validation: tuple[Sequence[np.ndarray], np.ndarray, np.ndarray, list[str]] | None,
+                     device: str, states: tuple[str, ...]) -> tuple[SetModel, TrainLog]:
     torch.manual_seed(seed)
     model = SetModel(units[0].shape[1], provenance.shape[1], config, states).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)

@@ -23,11 +23,13 @@ from memsafe_lib.encodings.encoders import VariantEncoding
 from memsafe_lib.encodings.stagea import StageAConfig, StageAResult, run_stage_a
 from memsafe_lib.estimators.context import NeuralContext, model_cache_dir
 from memsafe_lib.estimators.memsafe import MemSafe
+from memsafe_lib.estimators.selection import best_index, validation_scores
 from memsafe_lib.estimators.setmodel import GRID, SetModelConfig
+from memsafe_lib.evaluation.parallel import side_by_side
 from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes
 from memsafe_lib.ledger import code_fingerprint, module_fingerprint, record_run
 from memsafe_lib.progress import log, step
-from memsafe_lib.variants.construction import ConstructionResult, by_split
+from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split
 from memsafe_lib.variants.store import build
 
 GRID_DATASET = "musique"
@@ -96,21 +98,31 @@ def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = Tru
             return dict(saved["selected"])
     splits = by_split(result.variants)
     base = SetModelConfig(epochs=budget.stage_b_epochs, bf16=budget.stage_b_bf16)
-    model = MemSafe(encodings, seed=seed, base=base, grid=GRID, device=device)
     with step(f"Stage B grid: {len(GRID)} points on {GRID_DATASET} validation"):
-        model.fit(splits["train"], splits["validation"])
-    scores = pd.DataFrame(model.selection_scores)
-    selected = {k: model.config[k] for k in GRID[0]}
+        rows = side_by_side(_grid_point, list(GRID), (encodings, splits, seed, base, device),
+                            label="Stage B grid", workers=None if device == "cpu" else 1)
+    scores = pd.DataFrame(rows)
+    selected = dict(GRID[best_index(rows)])
     with atomic_open(path, "w") as fh:
         scores.to_csv(fh, index=False, float_format="%.6f")
     with atomic_open(meta, "w") as fh:
         json.dump({"inputs_key": key, "code": code_fingerprint(), "selected": selected, "dataset": GRID_DATASET,
-                   "seed": seed, "torch_threads": config.torch_threads(),
+                   "seed": seed, "torch_threads": config.STAGE_B_THREADS, "fit_workers": config.fit_workers(),
                    "rule": "validation unsafe AUROC, macro-F1 tie-break, then grid order"}, fh, indent=2)
     record_run("stage-b-grid", scale, raw_files=loaded.files, outputs=[path, meta],
                settings={"dataset": GRID_DATASET, "seed": seed, "grid": list(GRID), "budget": asdict(budget)},
                metrics={"selected": selected})
     return selected
+
+
+def _grid_point(shared: tuple[dict[str, VariantEncoding], dict[str, list[Variant]], int, SetModelConfig, str],
+                point: dict[str, Any]) -> dict[str, Any]:
+    """One Stage B grid point fitted on training and scored on validation (a worker's task)."""
+    encodings, splits, seed, base, device = shared
+    model = MemSafe(encodings, seed=seed, base=replace(base, **point), device=device)
+    model.fit(splits["train"], splits["validation"])
+    auroc, f1 = validation_scores(model.predict, splits["validation"])
+    return {**point, "validation_auroc": auroc, "validation_macro_f1": f1}
 
 
 def build_context(result: ConstructionResult, scale: ScaleConfig, seeds: Sequence[int], device: str = "cpu",

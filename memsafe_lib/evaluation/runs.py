@@ -26,8 +26,9 @@ from memsafe_lib.config import ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
-from memsafe_lib.estimators.registry import is_neural, make_model, seeds_for, stage_a_kinds
+from memsafe_lib.estimators.registry import SET_MODELS, is_neural, make_model, seeds_for, stage_a_kinds
 from memsafe_lib.evaluation.neural import build_context, context_summary
+from memsafe_lib.evaluation.parallel import side_by_side
 from memsafe_lib.io import atomic_open, sha256_bytes, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, data_fingerprint, record_run
 from memsafe_lib.measures.metrics import (
@@ -39,7 +40,7 @@ from memsafe_lib.measures.metrics import (
     unsafe_auroc,
 )
 from memsafe_lib.measures.risk_coverage import selective_report
-from memsafe_lib.progress import log, step
+from memsafe_lib.progress import elapsed, log, step
 from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split, present_states, states_of
 from memsafe_lib.variants.store import build
 from memsafe_lib.variants.supervision import training_subset, with_silver_training
@@ -102,7 +103,7 @@ def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cac
                     key: str | None, context: NeuralContext | None = None) -> FitResult:
     """Fit ``model`` with ``seed`` on train (selecting on validation) and predict the
     evaluation splits, reusing a cached result when one exists for the same inputs."""
-    path = cache_dir / f"{model}-{seed}-{key}.pkl" if cache_dir and key else None
+    path = _cache_path(cache_dir, model, seed, key) if cache_dir and key else None
     label = f"{splits['train'][0].dataset}: {model} seed {seed}"
     if path is not None and path.exists():
         log(f"{label}: resumed from cache")
@@ -118,6 +119,41 @@ def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cac
         with atomic_open(path, "wb") as fh:
             pickle.dump(result, fh)
     return result
+
+
+def _fit_job(shared: tuple[dict[str, list[Variant]], Path | None, NeuralContext], job: tuple[str, int, str]
+             ) -> FitResult:
+    splits, cache_dir, context = shared
+    model, seed, key = job
+    return fit_and_predict(model, seed, splits, cache_dir, key, context)
+
+
+def _fit_set_models_side_by_side(result: ConstructionResult, jobs: Sequence[tuple[str, int]],
+                                 splits: dict[str, list[Variant]], cache_dir: Path | None,
+                                 context: NeuralContext | None) -> dict[tuple[str, int], FitResult]:
+    """Fit the Stage B set models among ``jobs`` that have no cached result, side by side
+    (:mod:`memsafe_lib.evaluation.parallel`); each result is cached by its worker as it ends."""
+    todo = []
+    for model, seed in jobs:
+        key = _cache_key(result.dataset, result.construction, model, seed, result)
+        if model in SET_MODELS and context is not None and not (cache_dir and _cache_path(cache_dir, model, seed,
+                                                                                           key).exists()):
+            todo.append((model, seed, key))
+    if len(todo) < 2 or config.fit_workers() < 2 or context.device != "cpu":  # type: ignore[union-attr]
+        return {}
+    assert context is not None
+
+    def report(job: tuple[str, int, str], fit: FitResult) -> None:
+        log(f"{result.dataset}: {job[0]} seed {job[1]}: fitted in a worker in {elapsed(fit.fit_seconds)}")
+
+    with step(f"{result.dataset}: {len(todo)} Stage B fits side by side"):
+        fits = side_by_side(_fit_job, todo, (splits, cache_dir, context.without_encoders()),
+                            label=f"Stage B fits {result.dataset}", on_result=report)
+    return {(model, seed): fit for (model, seed, _), fit in zip(todo, fits, strict=True)}
+
+
+def _cache_path(cache_dir: Path, model: str, seed: int, key: str) -> Path:
+    return cache_dir / f"{model}-{seed}-{key}.pkl"
 
 
 def evaluate(
@@ -140,10 +176,11 @@ def evaluate(
                          f"(splits: {', '.join(sorted(splits))}); too few questions or patients: raise the cap")
     rows, pred_rows, taxonomy = [], [], {}
     jobs = [(m, s) for m in models for s in seeds_for(m, seeds)]
+    prefitted = _fit_set_models_side_by_side(result, jobs, splits, cache_dir, context)
     fitted: dict[tuple[str, int | None], FitResult] = {}
     for model, seed in tqdm(jobs, desc=f"evaluate {result.dataset}", disable=not progress):
-        done = fitted.get((model, shared_fit(model, seed, context)))
-        if done is None or not done.deterministic:
+        done = prefitted.get((model, seed)) or fitted.get((model, shared_fit(model, seed, context)))
+        if (model, seed) not in prefitted and (done is None or not done.deterministic):
             key = _cache_key(result.dataset, result.construction, model, seed, result)
             done = fit_and_predict(model, seed, splits, cache_dir, key, context)
             fitted[(model, shared_fit(model, seed, context))] = done

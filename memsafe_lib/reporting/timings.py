@@ -27,7 +27,8 @@ KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("stage_a_finetune", re.compile(r"^Stage A .*: fine-tune on")),
     ("stage_a_encode", re.compile(r"^Stage A .*pairs requested")),
     ("stage_b_grid", re.compile(r"^Stage B grid: \d+ points")),
-    ("memsafe_fits", re.compile(r"(: | )memsafe\w* seed \d+(: fit and predict)?$")),
+    ("stage_b_fits", re.compile(r"(: | )(memsafe\w*|mean_pool) seed \d+(: fit and predict)?$"
+                                r"|Stage B fits side by side$")),
     ("reader_and_judges", re.compile(r"^reader |judge ")),
     ("other_estimators", re.compile(r"seed \d+: fit and predict$|^transfer ")),
 )
