@@ -24,10 +24,15 @@ class StageBInputs:
     point: dict[str, Any]
 
 
-def stage_b_inputs(dataset: str, scale: ScaleConfig) -> StageBInputs:
+def selected_point(scale: ScaleConfig) -> dict[str, Any]:
+    """The Stage B grid point notebook 02 selected (this checkout's run, else the recorded one)."""
     selection = grid_file(scale).with_suffix(".json")
     recorded = scale.recorded_dir / config.NB02_TRAINING / selection.name
-    point = json.loads((selection if selection.exists() else recorded).read_text())["selected"]
-    loaded, result = build(dataset, "size-matched", scale)
+    return json.loads((selection if selection.exists() else recorded).read_text())["selected"]
+
+
+def stage_b_inputs(dataset: str, scale: ScaleConfig, construction: str = "size-matched") -> StageBInputs:
+    point = selected_point(scale)
+    loaded, result = build(dataset, construction, scale)
     encodings = stage_a_for(result, scale, scale.neural.encoder_seeds[0]).encodings
     return StageBInputs(list(loaded.files), encodings, by_split(result.variants), point)
