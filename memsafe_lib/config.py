@@ -163,6 +163,9 @@ class NeuralBudget:
     stage_b_epochs: int = 30
     stage_b_bf16: bool = False
     """Stage B (the set model) under bf16 autocast; see :attr:`SetModelConfig.bf16`."""
+    stage_b_patience: int | None = None
+    """Stop Stage B after this many epochs without a better validation score (None: all
+    epochs, as the paper's scale); see :attr:`SetModelConfig.patience`."""
     full_grid: bool = True
     """Run the 8-point Stage B grid on MuSiQue validation (else the default point only)."""
     concat_max_train: int | None = None
@@ -288,9 +291,12 @@ SCALES: dict[str, ScaleConfig] = {
         # test-pair logit AUROC 0.58 plain / 0.80 bridge at 1e-4 vs 0.58 / 0.66 at 3e-5
         # (3,000 pairs). The concatenated cross-encoder sees 120 training memories, the judge
         # the first 6 test questions of each dataset. Stage B in bf16: faster fits at the
-        # same MuSiQue validation AUROC (bench/stage_b_precision.py).
+        # same MuSiQue validation AUROC (bench/stage_b_precision.py). Stage B stops after 15
+        # epochs without a better validation score: the smallest patience that kept the full
+        # run's epoch in 17 of 18 QA fits and 3 of 3 clinical ones (bench/stage_b_patience.py,
+        # rule fixed before the run).
         neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=128,
-                            finetune_max_pairs=4000, finetune_lr=1e-4, stage_b_bf16=True,
+                            finetune_max_pairs=4000, finetune_lr=1e-4, stage_b_bf16=True, stage_b_patience=15,
                             concat_max_train=120, judge_max_base_queries=6),
         clinical=ClinicalBudget(question_cap=3000),
         # Reader and judge: the 1.5B Qwen2.5-Coder Instruct GGUF (the 0.5B judge's P(No) did

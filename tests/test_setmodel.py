@@ -235,3 +235,29 @@ def test_bf16_stage_b_computes_in_bf16_keeps_fp32_weights_and_still_learns() -> 
     assert seen and set(seen) == {torch.bfloat16}  # the matmuls ran in bf16
     assert out.unsafe_prob.dtype == np.float32 and np.isfinite(out.unsafe_prob).all()
     assert roc_auc_score(test_y["unsafe"], out.unsafe_prob) > 0.95  # the same bar as fp32 above
+
+
+def test_patience_stops_after_a_plateau_and_runs_a_prefix_of_the_full_fit() -> None:
+    """Early stopping keeps the same seed's epochs up to the stop (one RNG stream), stops
+    ``patience`` epochs after the last improvement, and keeps the best epoch of those run."""
+    units, prov, y = _task(120, 0)
+    val_units, val_prov, val_y = _task(60, 1)
+    validation = (val_units, val_prov, np.array(val_y["unsafe"]), [C.STATES[s] for s in val_y["state"]])
+    full_cfg = SetModelConfig(width=16, heads=2, epochs=14, dropout=0.3)
+    _, full = train_set_model(units, prov, y, full_cfg, seed=4, validation=validation)
+    keys = [(e["validation_auroc"], e["validation_macro_f1"]) for e in full.epochs]
+    # the replay by hand: last improvement before a gap of 2 epochs
+    best, kept, stop = None, 0, len(keys)
+    for epoch, key in enumerate(keys, start=1):
+        if best is None or key > best:
+            best, kept = key, epoch
+        elif epoch - kept >= 2:
+            stop = epoch
+            break
+    _, early = train_set_model(units, prov, y, SetModelConfig(width=16, heads=2, epochs=14, dropout=0.3, patience=2),
+                               seed=4, validation=validation)
+    assert stop < 14, "the task must plateau for this test to test anything"
+    assert len(early.epochs) == stop and early.best_epoch == kept
+    assert early.epochs == full.epochs[:stop]
+    assert SetModelConfig.for_budget(SCALES["cpu"].neural).patience == 15
+    assert SetModelConfig.for_budget(SCALES["paper"].neural).patience is None  # the paper's scale runs every epoch

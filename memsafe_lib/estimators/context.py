@@ -65,5 +65,4 @@ class NeuralContext:
         return replace(self, stage_a=strip(self.stage_a), frozen=strip(self.frozen))
 
     def set_config(self, **overrides: Any) -> SetModelConfig:
-        return replace(SetModelConfig(epochs=self.budget.stage_b_epochs, bf16=self.budget.stage_b_bf16),
-                       **{**self.stage_b, **overrides})
+        return SetModelConfig.for_budget(self.budget, **{**self.stage_b, **overrides})

@@ -17,14 +17,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from memsafe_lib.config import STAGE_B_THREADS
+from memsafe_lib.config import STAGE_B_THREADS, NeuralBudget
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
 from memsafe_lib.threads import torch_threads_held
 from memsafe_lib.variants.construction import STATES, present_states
@@ -49,6 +49,16 @@ class SetModelConfig:
     bf16: bool = False
     """Forward and backward passes under bf16 autocast (weights, optimiser state and losses stay
     fp32): much faster where the CPU has bf16 matrix units (``bench/stage_b_precision.py``)."""
+    patience: int | None = None
+    """Stop after this many epochs without a better validation score (None: all ``epochs``).
+    The kept epoch is the best of those run, so a patience that outlasts every plateau keeps
+    the full run's choice (``bench/stage_b_patience.py``)."""
+
+    @classmethod
+    def for_budget(cls, budget: NeuralBudget, **overrides: Any) -> SetModelConfig:
+        """The scale's training budget (epochs, precision, patience) with ``overrides``."""
+        return replace(cls(epochs=budget.stage_b_epochs, bf16=budget.stage_b_bf16, patience=budget.stage_b_patience),
+                       **overrides)
 
 
 GRID: tuple[dict[str, Any], ...] = tuple(
@@ -275,6 +285,8 @@ def _train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, target
                 best, log.best_epoch = key, epoch + 1
                 best_state = copy.deepcopy(model.state_dict())
         log.epochs.append(row)
+        if validation is not None and config.patience is not None and epoch + 1 - log.best_epoch >= config.patience:
+            break
     if validation is not None:
         model.load_state_dict(best_state)
     else:

@@ -97,7 +97,7 @@ def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = Tru
             log(f"Stage B grid: reusing the selection in {saved_meta} ({saved['selected']})")
             return dict(saved["selected"])
     splits = by_split(result.variants)
-    base = SetModelConfig(epochs=budget.stage_b_epochs, bf16=budget.stage_b_bf16)
+    base = SetModelConfig.for_budget(budget)
     with step(f"Stage B grid: {len(GRID)} points on {GRID_DATASET} validation"):
         rows = side_by_side(_grid_point, list(GRID), (encodings, splits, seed, base, device),
                             label="Stage B grid", workers=None if device == "cpu" else 1)
