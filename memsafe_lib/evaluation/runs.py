@@ -133,15 +133,16 @@ def _fit_set_models_side_by_side(result: ConstructionResult, jobs: Sequence[tupl
                                  context: NeuralContext | None) -> dict[tuple[str, int], FitResult]:
     """Fit the Stage B set models among ``jobs`` that have no cached result, side by side
     (:mod:`memsafe_lib.evaluation.parallel`); each result is cached by its worker as it ends."""
+    if context is None or context.device != "cpu" or config.fit_workers() < 2:
+        return {}
     todo = []
     for model, seed in jobs:
-        key = _cache_key(result.dataset, result.construction, model, seed, result)
-        if model in SET_MODELS and context is not None and not (cache_dir and _cache_path(cache_dir, model, seed,
-                                                                                           key).exists()):
-            todo.append((model, seed, key))
-    if len(todo) < 2 or config.fit_workers() < 2 or context.device != "cpu":  # type: ignore[union-attr]
+        if model in SET_MODELS:
+            key = _cache_key(result.dataset, result.construction, model, seed, result)
+            if not (cache_dir and _cache_path(cache_dir, model, seed, key).exists()):
+                todo.append((model, seed, key))
+    if len(todo) < 2:
         return {}
-    assert context is not None
 
     def report(job: tuple[str, int, str], fit: FitResult) -> None:
         log(f"{result.dataset}: {job[0]} seed {job[1]}: fitted in a worker in {elapsed(fit.fit_seconds)}")
