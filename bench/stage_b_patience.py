@@ -32,7 +32,7 @@ from report import save_report  # bench/report.py (scripts run from bench/)
 from memsafe_lib import config
 from memsafe_lib.estimators.memsafe import MemSafe
 from memsafe_lib.estimators.setmodel import SetModelConfig
-from memsafe_lib.evaluation.parallel import side_by_side
+from memsafe_lib.parallel import side_by_side
 from memsafe_lib.threads import configure_threads
 
 PATIENCE = (3, 5, 8, 10, 15)

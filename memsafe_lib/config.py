@@ -115,12 +115,22 @@ predictions differ, ``bench/stage_b_parallel.py``), so pinning it makes Stage B 
 independent of the machine's core count; and its matrices are too small for threads to share
 well, so fits of different seeds or grid points run side by side in processes instead
 (:func:`fit_workers`)."""
+FINETUNE_THREADS = 1
+"""torch threads of every encoder fine-tuning run on CPU (Stage A's fold encoders, the
+concatenated cross-encoder), whatever ``MEMSAFE_THREADS`` says. Why: a fold encoder tuned
+with two threads is not the same encoder as with one (other weights from the same seed),
+while one tuned beside another process equals one tuned alone (``bench/stage_a_parallel.py``).
+Encoding keeps one thread per core: it shares them well (``threads_musique.csv`` in
+``artifacts/cpu/bench/``) and gives the same encodings with one thread or two. So Stage A no
+longer depends on the core count, and the two folds are tuned side by side instead
+(:func:`fit_workers` processes)."""
 FIT_WORKERS_ENV = "MEMSAFE_FIT_WORKERS"
 
 
 def fit_workers() -> int:
-    """Processes that fit independent Stage B models side by side: ``MEMSAFE_FIT_WORKERS``,
-    else one per core (1 fits in this process). The numbers do not depend on it."""
+    """Processes that fit independent models side by side (Stage B seeds and grid points, Stage
+    A's two fold encoders): ``MEMSAFE_FIT_WORKERS``, else one per core (1 fits in this
+    process). The numbers do not depend on it."""
     workers = _int_env(FIT_WORKERS_ENV, minimum=1)
     return (os.cpu_count() or 1) if workers is None else workers
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
+from memsafe_lib.config import FINETUNE_THREADS
 from memsafe_lib.data.records import BaseQuery, Provenance, Unit
 from memsafe_lib.encodings import encoders as E
 from memsafe_lib.encodings import finetune as F
@@ -135,3 +136,23 @@ def test_training_only_the_top_layers_leaves_the_rest_untouched(variants: list[C
     assert "train_layers" not in F._key_settings(default)  # existing fold encoders keep their cache keys
     assert F.run_key(model, pairs, labels, default, 17) != F.run_key(
         model, pairs, labels, F.FinetuneConfig(train_layers=2), 17)
+
+
+def test_fine_tuning_runs_on_the_pinned_thread_count_and_restores_the_setting(monkeypatch: pytest.MonkeyPatch
+                                                                             ) -> None:
+    """The weights of a CPU fine-tune do not depend on the core count: it holds one thread."""
+    seen: list[int] = []
+    step = torch.optim.AdamW.step
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: (seen.append(torch.get_num_threads()),
+                                                                          step(self, *a, **k))[1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = E.CrossEncoder(E.EncoderConfig(max_length=32, bf16=False))
+        pairs = [E.Pair("q", "unit a"), E.Pair("q", "unit b")]
+        F.finetune(model, pairs, np.array([1.0, 0.0], dtype=np.float32), F.FinetuneConfig(batch_size=2),
+                   progress=False)
+        assert seen and set(seen) == {FINETUNE_THREADS}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

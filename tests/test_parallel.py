@@ -18,7 +18,7 @@ from memsafe_lib.encodings.stagea import StageAResult
 from memsafe_lib.estimators import setmodel
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.evaluation import runs
-from memsafe_lib.evaluation.parallel import side_by_side
+from memsafe_lib.parallel import side_by_side
 from memsafe_lib.variants import construction as C
 
 from .test_setmodel import _task, _variants_and_encodings

@@ -12,8 +12,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
 
-from memsafe_lib.config import PACKAGED_ENCODER, SCALES
+from memsafe_lib.config import FIT_WORKERS_ENV, PACKAGED_ENCODER, SCALES
 from memsafe_lib.encodings import encoders as E
+from memsafe_lib.encodings import stagea
+from memsafe_lib.encodings.finetune import FinetuneConfig
 from memsafe_lib.encodings.stagea import StageAConfig, run_stage_a, with_ranker_logits
 from memsafe_lib.variants import construction as C
 from tests.synthetic import make_query
@@ -141,3 +143,29 @@ def test_the_paper_dry_run_keeps_every_paper_setting_but_size_and_models() -> No
     assert SCALES["cpu"].base_query_cap("squad2") is None
     assert set(dry.notebook_parameters) == set(paper.notebook_parameters)
     assert set(dry.notebook_parameters["06_reader_gating"]) == set(paper.notebook_parameters["06_reader_gating"])
+
+
+def test_fold_encoders_tuned_side_by_side_equal_those_tuned_in_process(bare_path: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two worker processes, or one after another here: the same weights and encodings
+    (fine-tuning is pinned to one torch thread), and a finished fold is loaded, not re-tuned."""
+    variants = C.build_size_matched([make_query(f"p{i}", 2, 3) for i in range(12)]).variants
+    config = StageAConfig(E.EncoderConfig(model=str(bare_path), max_length=48, bf16=False, batch_size=8),
+                          FinetuneConfig(max_pairs=24, batch_size=4, lr=1e-3))
+    results = {}
+    for workers in ("1", "2"):
+        monkeypatch.setenv(FIT_WORKERS_ENV, workers)
+        results[workers] = run_stage_a(variants, config, seed=17, cache_dir=tmp_path / workers, progress=False)
+    one, two = results["1"], results["2"]
+    assert one.train_pairs == two.train_pairs and min(one.train_pairs) > 0
+    for v in variants:
+        a, b = one.encodings[v.variant_id], two.encodings[v.variant_id]
+        np.testing.assert_array_equal(a.plain, b.plain)
+        np.testing.assert_array_equal(a.bridge_logit, b.bridge_logit)
+    pretrained = run_stage_a(variants, replace(config, frozen=True), seed=17, cache_dir=tmp_path / "f", progress=False)
+    assert any(not np.array_equal(one.encodings[v.variant_id].plain, pretrained.encodings[v.variant_id].plain)
+               for v in variants)  # fine-tuning did change the encoder
+    monkeypatch.setattr(stagea, "finetune", lambda *a, **k: pytest.fail("a finished fold was tuned again"))
+    again = run_stage_a(variants, config, seed=17, cache_dir=tmp_path / "1", progress=False)
+    assert again.train_pairs == one.train_pairs
+

@@ -71,3 +71,13 @@ def test_side_by_side_fits_count_once_as_stage_b(tmp_path: Path) -> None:
              "[memsafe 10:02:12 +2.2 min] hotpotqa: mean_pool seed 29: fit and predict: done in 60.0 s"]
     steps = T.parse_steps(T.progress_lines(_notebook(tmp_path / "nb.ipynb", lines)))
     assert [(s.kind, s.seconds) for s in steps] == [("stage_b_fits", 72.0), ("stage_b_fits", 60.0)]
+
+
+def test_fold_encoders_side_by_side_count_once_as_fine_tuning(tmp_path: Path) -> None:
+    lines = ["[memsafe 10:00:00 +1.0 s] Stage A musique (seed 17): fine-tune on 8,000 pairs, "
+             "2 fold encoders side by side ...",
+             "[memsafe 10:03:50 +3.8 min] Stage A musique fold 1 encoder (seed 17): fine-tuned in a worker",
+             "[memsafe 10:04:00 +4.0 min] Stage A musique (seed 17): fine-tune on 8,000 pairs, "
+             "2 fold encoders side by side: done in 4.0 min"]
+    steps = T.parse_steps(T.progress_lines(_notebook(tmp_path / "nb.ipynb", lines)))
+    assert [(s.kind, s.seconds) for s in steps] == [("stage_a_finetune", 240.0)]

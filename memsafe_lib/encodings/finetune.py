@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from memsafe_lib.config import DEFAULT_SEED
+from memsafe_lib.config import DEFAULT_SEED, FINETUNE_THREADS
 from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.encodings.encoders import (
     CrossEncoder,
@@ -35,6 +36,7 @@ from memsafe_lib.encodings.encoders import (
     variant_pairs,
 )
 from memsafe_lib.io import atomic_open
+from memsafe_lib.threads import torch_threads_held
 from memsafe_lib.variants.construction import train_fold
 
 
@@ -140,7 +142,16 @@ def run_key(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, conf
 def finetune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config: FinetuneConfig = FinetuneConfig(),
              seed: int = DEFAULT_SEED, checkpoint_dir: Path | None = None, progress: bool = True,
              on_step: Callable[[int, float], None] | None = None) -> list[float]:
-    """Tune ``model`` in place with binary cross-entropy on its relevance logit; returns losses."""
+    """Tune ``model`` in place with binary cross-entropy on its relevance logit; returns losses.
+    On CPU with :data:`FINETUNE_THREADS` torch threads (restored after), so the tuned weights
+    do not depend on the machine's core count."""
+    cpu = torch.device(model.config.device).type == "cpu"
+    with torch_threads_held(FINETUNE_THREADS) if cpu else nullcontext():
+        return _tune(model, pairs, labels, config, seed, checkpoint_dir, progress, on_step)
+
+
+def _tune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config: FinetuneConfig, seed: int,
+          checkpoint_dir: Path | None, progress: bool, on_step: Callable[[int, float], None] | None) -> list[float]:
     torch.manual_seed(seed)
     key = run_key(model, pairs, labels, config, seed)
     batches = _batches(pairs, model, config, seed) * config.epochs

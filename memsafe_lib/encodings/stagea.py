@@ -23,12 +23,14 @@ from pathlib import Path
 import numpy as np
 from safetensors.torch import load_file, save
 
+from memsafe_lib import config as config_mod
 from memsafe_lib.config import NeuralBudget
 from memsafe_lib.encodings.encoders import (
     CrossEncoder,
     EncoderConfig,
     EncodeStats,
     EncodingCache,
+    Pair,
     PretrainedRanker,
     VariantEncoding,
     has_relevance_head,
@@ -39,6 +41,7 @@ from memsafe_lib.encodings.encoders import (
 )
 from memsafe_lib.encodings.finetune import FinetuneConfig, encode_with_folds, finetune, run_key, training_pairs
 from memsafe_lib.io import atomic_open
+from memsafe_lib.parallel import side_by_side
 from memsafe_lib.progress import elapsed, log, step
 from memsafe_lib.variants.construction import Variant, train_fold
 
@@ -83,30 +86,75 @@ class StageAResult:
                 "relevance_logit": self.relevance, **{f"seconds_{k}": round(v, 1) for k, v in self.seconds.items()}}
 
 
-def _fold_encoder(config: StageAConfig, train: Sequence[Variant], fold: int, bi: PretrainedRanker, seed: int,
-                  cache_dir: Path, progress: bool) -> tuple[CrossEncoder, int]:
-    """The encoder fine-tuned on training fold ``fold`` (loaded if it was finished before)."""
-    model = CrossEncoder(config.encoder, seed=seed)
-    if config.frozen:
-        return model, 0
+@dataclass(frozen=True, eq=False)
+class _FoldJob:
+    """One fold encoder to fine-tune: its training pairs and where the finished weights go."""
+
+    fold: int
+    pairs: list[Pair]
+    labels: np.ndarray
+    key: str
+    label: str
+
+
+def _fold_job(config: StageAConfig, train: Sequence[Variant], fold: int, bi: PretrainedRanker, seed: int,
+              cache_dir: Path) -> _FoldJob:
     members = [v for v in train if train_fold(v.base_id) == fold]
     pairs, labels = training_pairs(members, bi, config.finetune.include_bridge, config.finetune.max_pairs,
                                    config.finetune.balanced_cap)
-    key = run_key(model, pairs, labels, config.finetune, seed)
-    final = cache_dir / f"encoder-fold{fold}-{key}.safetensors"
+    key = run_key(CrossEncoder(config.encoder, seed=seed), pairs, labels, config.finetune, seed)
     label = f"Stage A {train[0].dataset if train else ''} fold {fold} encoder (seed {seed})"
-    if final.exists():
-        log(f"{label}: resumed from cache")
-        model.load_state_dict(load_file(final))
-        model.eval()
-        return model, len(pairs)
-    resumed = " (resuming from its checkpoint)" if (cache_dir / f"finetune-{key}.pt").exists() else ""
-    with step(f"{label}: fine-tune on {len(pairs):,} pairs{resumed}"):
-        finetune(model, pairs, labels, config.finetune, seed=seed, checkpoint_dir=cache_dir, progress=progress)
-    with atomic_open(final, "wb") as fh:
+    return _FoldJob(fold, pairs, labels, key, label)
+
+
+def _final_path(cache_dir: Path, job: _FoldJob) -> Path:
+    return cache_dir / f"encoder-fold{job.fold}-{job.key}.safetensors"
+
+
+def _tune_fold(shared: tuple[StageAConfig, int, Path, bool], job: _FoldJob) -> int:
+    """Fine-tune one fold encoder (one torch thread on CPU: :data:`memsafe_lib.config.FINETUNE_THREADS`)
+    and save it (atomically) where :func:`run_stage_a` loads it; a module-level task, so it
+    also runs in a worker process (:func:`memsafe_lib.parallel.side_by_side`)."""
+    config, seed, cache_dir, progress = shared
+    model = CrossEncoder(config.encoder, seed=seed)
+    resumed = " (resuming from its checkpoint)" if (cache_dir / f"finetune-{job.key}.pt").exists() else ""
+    with step(f"{job.label}: fine-tune on {len(job.pairs):,} pairs{resumed}"):
+        finetune(model, job.pairs, job.labels, config.finetune, seed=seed, checkpoint_dir=cache_dir,
+                 progress=progress)
+    with atomic_open(_final_path(cache_dir, job), "wb") as fh:
         fh.write(save({k: v.contiguous() for k, v in model.state_dict().items()}))
-    (cache_dir / f"finetune-{key}.pt").unlink(missing_ok=True)  # optimiser state no longer needed
-    return model, len(pairs)
+    (cache_dir / f"finetune-{job.key}.pt").unlink(missing_ok=True)  # optimiser state no longer needed
+    return len(job.pairs)
+
+
+def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: PretrainedRanker, seed: int,
+                   cache_dir: Path, progress: bool) -> tuple[list[CrossEncoder], list[int]]:
+    """Both fold encoders: loaded when finished before, else fine-tuned; two unfinished folds
+    are tuned side by side on CPU (one thread each, so the weights are the same either way)."""
+    if config.frozen:
+        return [CrossEncoder(config.encoder, seed=seed) for _ in (0, 1)], [0, 0]
+    jobs = [_fold_job(config, train, fold, bi, seed, cache_dir) for fold in (0, 1)]
+    finished = [_final_path(cache_dir, job).exists() for job in jobs]
+    for job in (job for job, done in zip(jobs, finished, strict=True) if done):
+        log(f"{job.label}: resumed from cache")
+    todo = [job for job, done in zip(jobs, finished, strict=True) if not done]
+    shared = (config, seed, cache_dir, progress)
+    workers = min(config_mod.fit_workers() if config.encoder.device == "cpu" else 1, len(todo))
+    if workers >= 2:  # workers' own messages do not reach a notebook: one step here says it
+        dataset = train[0].dataset if train else ""
+        with step(f"Stage A {dataset} (seed {seed}): fine-tune on {sum(len(j.pairs) for j in todo):,} pairs, "
+                  f"{len(todo)} fold encoders side by side"):
+            side_by_side(_tune_fold, todo, shared, label="Stage A fold encoders", workers=workers,
+                         on_result=lambda job, _: log(f"{job.label}: fine-tuned in a worker"))
+    else:
+        side_by_side(_tune_fold, todo, shared, label="Stage A fold encoders", workers=1)
+    models = []
+    for job in jobs:
+        model = CrossEncoder(config.encoder, seed=seed)
+        model.load_state_dict(load_file(_final_path(cache_dir, job)))
+        model.eval()
+        models.append(model)
+    return models, [len(job.pairs) for job in jobs]
 
 
 def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, cache_dir: Path,
@@ -118,11 +166,7 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     start = time.perf_counter()
     bi = make_ranker(config.encoder, cache)
     train = [v for v in variants if v.split == "train"]
-    encoders, sizes = [], []
-    for fold in (0, 1):
-        model, n = _fold_encoder(config, train, fold, bi, seed, cache_dir, progress)
-        encoders.append(model)
-        sizes.append(n)
+    encoders, sizes = _fold_encoders(config, train, bi, seed, cache_dir, progress)
     timings["finetune"] = time.perf_counter() - start
     stats = EncodeStats()
     start = time.perf_counter()

@@ -57,7 +57,7 @@ concatenated cross-encoder tunes its own encoder (cached by content)."""
 SET_MODELS: frozenset[str] = frozenset({"memsafe", "mean_pool", "memsafe_frozen", "memsafe_no_bridge",
                                         "memsafe_no_lexical", "memsafe_no_localization"})
 """Models that train a Stage B set model: seeded fits that evaluation runs side by side
-(:mod:`memsafe_lib.evaluation.parallel`)."""
+(:mod:`memsafe_lib.parallel`)."""
 FROZEN_MODELS: frozenset[str] = frozenset(n for n in NEURAL_MODELS if n.endswith("_frozen"))
 """Models that read the frozen Stage A: a context for them runs Stage A without fine-tuning."""
 

@@ -25,9 +25,9 @@ from memsafe_lib.estimators.context import NeuralContext, model_cache_dir
 from memsafe_lib.estimators.memsafe import MemSafe
 from memsafe_lib.estimators.selection import best_index, validation_scores
 from memsafe_lib.estimators.setmodel import GRID, SetModelConfig
-from memsafe_lib.evaluation.parallel import side_by_side
 from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes
 from memsafe_lib.ledger import code_fingerprint, module_fingerprint, record_run
+from memsafe_lib.parallel import side_by_side
 from memsafe_lib.progress import log, step
 from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split
 from memsafe_lib.variants.store import build

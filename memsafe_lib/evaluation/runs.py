@@ -28,7 +28,6 @@ from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.registry import SET_MODELS, is_neural, make_model, seeds_for, stage_a_kinds
 from memsafe_lib.evaluation.neural import build_context, context_summary
-from memsafe_lib.evaluation.parallel import side_by_side
 from memsafe_lib.io import atomic_open, sha256_bytes, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, data_fingerprint, record_run
 from memsafe_lib.measures.metrics import (
@@ -40,6 +39,7 @@ from memsafe_lib.measures.metrics import (
     unsafe_auroc,
 )
 from memsafe_lib.measures.risk_coverage import selective_report
+from memsafe_lib.parallel import side_by_side
 from memsafe_lib.progress import elapsed, log, step
 from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split, present_states, states_of
 from memsafe_lib.variants.store import build
@@ -132,7 +132,7 @@ def _fit_set_models_side_by_side(result: ConstructionResult, jobs: Sequence[tupl
                                  splits: dict[str, list[Variant]], cache_dir: Path | None,
                                  context: NeuralContext | None) -> dict[tuple[str, int], FitResult]:
     """Fit the Stage B set models among ``jobs`` that have no cached result, side by side
-    (:mod:`memsafe_lib.evaluation.parallel`); each result is cached by its worker as it ends."""
+    (:mod:`memsafe_lib.parallel`); each result is cached by its worker as it ends."""
     if context is None or context.device != "cpu" or config.fit_workers() < 2:
         return {}
     todo = []
