@@ -131,8 +131,13 @@ def _batches(pairs: Sequence[Pair], model: CrossEncoder, config: FinetuneConfig,
 
 
 def run_key(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config: FinetuneConfig, seed: int) -> str:
+    """Content key of a fine-tuning run; on CPU it names the pinned thread count, because the
+    tuned weights depend on it (an encoder tuned before the pin is not reused)."""
     h = hashlib.sha256(model.fingerprint().encode())
-    h.update(json.dumps(_key_settings(config), sort_keys=True).encode())
+    settings = _key_settings(config)
+    if torch.device(model.config.device).type == "cpu":
+        settings["torch_threads"] = FINETUNE_THREADS
+    h.update(json.dumps(settings, sort_keys=True).encode())
     h.update(str(seed).encode())
     for p, y in zip(pairs, labels, strict=True):
         h.update(f"{p.query}\x1f{p.bridge}\x1f{p.unit}\x1f{y}\n".encode())

@@ -147,7 +147,8 @@ def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: Pretraine
             side_by_side(_tune_fold, todo, shared, label="Stage A fold encoders", workers=workers,
                          on_result=lambda job, _: log(f"{job.label}: fine-tuned in a worker"))
     else:
-        side_by_side(_tune_fold, todo, shared, label="Stage A fold encoders", workers=1)
+        for job in todo:
+            _tune_fold(shared, job)
     models = []
     for job in jobs:
         model = CrossEncoder(config.encoder, seed=seed)
