@@ -116,14 +116,14 @@ independent of the machine's core count; and its matrices are too small for thre
 well, so fits of different seeds or grid points run side by side in processes instead
 (:func:`fit_workers`)."""
 FINETUNE_THREADS = 1
-"""torch threads of every encoder fine-tuning run on CPU (Stage A's fold encoders, the
-concatenated cross-encoder), whatever ``MEMSAFE_THREADS`` says. Why: a fold encoder tuned
-with two threads is not the same encoder as with one (other weights from the same seed),
-while one tuned beside another process equals one tuned alone (``bench/stage_a_parallel.py``).
-Encoding keeps one thread per core: it shares them well (``threads_musique.csv`` in
-``artifacts/cpu/bench/``) and gives the same encodings with one thread or two. So Stage A no
-longer depends on the core count, and the two folds are tuned side by side instead
-(:func:`fit_workers` processes)."""
+"""torch threads of every encoder fine-tuning run on CPU (Stage A's fold encoders; the
+concatenated cross-encoder's fit and scoring), whatever ``MEMSAFE_THREADS`` says. Why: a fold
+encoder tuned with two threads is not the same encoder as with one (other weights from the
+same seed), while one tuned beside another process equals one tuned alone
+(``bench/stage_a_parallel.py``); so the two folds are tuned side by side instead
+(:func:`fit_workers` processes). Stage A *encoding* keeps one thread per core
+(:func:`torch_threads`): it shares them well, and a different thread count can change an
+encoding slightly (the run's count is in ``run_times.csv``)."""
 FIT_WORKERS_ENV = "MEMSAFE_FIT_WORKERS"
 
 

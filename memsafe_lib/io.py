@@ -136,7 +136,8 @@ class SQLiteStore:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            self._db = sqlite3.connect(self.path)
+            # worker processes fitting side by side may share a cache: wait for a writer's lock
+            self._db = sqlite3.connect(self.path, timeout=120)
         return self._db
 
     def close(self) -> None:

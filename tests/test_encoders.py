@@ -146,18 +146,3 @@ def test_encode_variants_shapes_and_bridge_pairs(fp32: E.CrossEncoder, bi: E.BiE
     # Variants share (q, u) pairs: fewer pairs are encoded than requested.
     assert stats.encoded < stats.requested
 
-
-def test_encoding_gives_the_same_numbers_with_one_thread_or_two() -> None:
-    """Why encoding may use every core while fine-tuning is pinned to one thread."""
-    pairs = [E.Pair(f"Who built bridge {i}?", "The bridge was built by Anna. " * (1 + i % 5)) for i in range(40)]
-    before = torch.get_num_threads()
-    out = {}
-    try:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            model = E.CrossEncoder(E.EncoderConfig(max_length=64), seed=17)
-            out[threads] = E.encode_pairs(model, pairs, progress=False)
-    finally:
-        torch.set_num_threads(before)
-    np.testing.assert_array_equal(out[1][0], out[2][0])
-    np.testing.assert_array_equal(out[1][1], out[2][1])

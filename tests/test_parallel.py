@@ -104,3 +104,26 @@ def test_grid_points_side_by_side_and_the_selection_rule() -> None:
     assert best_index(scores) == 2
     with pytest.raises(ValueError):
         best_index([])
+
+
+def test_cross_encoder_fits_side_by_side_equal_those_in_process(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The concatenated cross-encoder's seeds in two workers: the same predictions as one after
+    another here (it fits and scores with one thread in either place; scoring with two threads
+    here once differed in the fourth decimal), and the workers share its cache without a lock error."""
+    variants, enc = _variants_and_encodings(24)
+    splits = ["train", "train", "validation", "test"]
+    variants = [replace(v, split=splits[int(v.base_id[1:]) % 4]) for v in variants]
+    result = C.ConstructionResult("synthetic", "size-matched", variants, [])
+    stage_a = StageAResult(enc, (), None, EncodeStats(), (0, 0))  # type: ignore[arg-type]
+    neural = replace(SCALES["smoke"].neural, encoder_seeds=(17,), concat_max_train=12, concat_max_length=48)
+    frames = []
+    for workers in ("2", "1"):
+        monkeypatch.setenv(FIT_WORKERS_ENV, workers)
+        scale = replace(SCALES["smoke"], name=f"smoke-w{workers}", neural=neural)  # separate model caches
+        context = NeuralContext("synthetic", scale, {17: stage_a}, {"width": 16, "heads": 2, "epochs": 2})
+        metrics, preds, _ = runs.evaluate(result, ["concat_ce"], [17, 29], progress=False, context=context,
+                                          cache_dir=tmp_path / workers)
+        frames.append((metrics.drop(columns=["fit_seconds", "config"]), preds))
+    pd.testing.assert_frame_equal(frames[0][0], frames[1][0])
+    pd.testing.assert_frame_equal(frames[0][1], frames[1][1])

@@ -81,3 +81,13 @@ def test_fold_encoders_side_by_side_count_once_as_fine_tuning(tmp_path: Path) ->
              "2 fold encoders side by side: done in 4.0 min"]
     steps = T.parse_steps(T.progress_lines(_notebook(tmp_path / "nb.ipynb", lines)))
     assert [(s.kind, s.seconds) for s in steps] == [("stage_a_finetune", 240.0)]
+
+
+
+def test_a_mixed_batch_with_the_cross_encoder_counts_as_stage_b_fits(tmp_path: Path) -> None:
+    lines = ["[memsafe 10:00:00 +1.0 s] musique: 9 fits side by side (Stage B and the concatenated cross-encoder) ...",
+             "[memsafe 10:05:00 +5.0 min] musique: concat_ce seed 17: fit and predict: done in 4.9 min",
+             "[memsafe 10:09:00 +9.0 min] musique: 9 fits side by side (Stage B and the concatenated "
+             "cross-encoder): done in 9.0 min"]
+    steps = T.outermost(T.parse_steps(T.progress_lines(_notebook(tmp_path / "nb.ipynb", lines))))
+    assert [(s.kind, s.seconds) for s in steps] == [("stage_b_fits", 540.0)]

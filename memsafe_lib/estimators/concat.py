@@ -15,17 +15,19 @@ so a re-run after a code change re-scores nothing it has scored before.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from safetensors.torch import load_file, save
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from memsafe_lib.config import DEFAULT_SEED
+from memsafe_lib.config import DEFAULT_SEED, FINETUNE_THREADS
 from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.encodings.encoders import (
     PACKAGED_MINILM,
@@ -39,6 +41,7 @@ from memsafe_lib.encodings.finetune import FinetuneConfig, finetune, run_key
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.text import memory_text
 from memsafe_lib.io import atomic_open
+from memsafe_lib.threads import torch_threads_held
 from memsafe_lib.variants.construction import Variant
 
 
@@ -95,7 +98,17 @@ class ConcatCrossEncoder:
             if cache is not None:
                 cache.close()
 
+    def _threads(self) -> Any:
+        """One torch thread on CPU for fitting and scoring alike (:data:`FINETUNE_THREADS`): a
+        fit then gives the same predictions in a worker process or here (encoding with two
+        threads can differ from one in the last digits)."""
+        return torch_threads_held(FINETUNE_THREADS) if torch.device(self.device).type == "cpu" else nullcontext()
+
     def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> ConcatCrossEncoder:
+        with self._threads():
+            return self._fit(train)
+
+    def _fit(self, train: Sequence[Variant]) -> ConcatCrossEncoder:
         s = self.settings
         model = CrossEncoder(EncoderConfig(model=self.encoder_model, max_length=s.max_length, bf16=s.bf16,
                                            batch_size=16, device=self.device), seed=self.seed)
@@ -124,5 +137,6 @@ class ConcatCrossEncoder:
     def predict(self, variants: Sequence[Variant]) -> Predictions:
         if self._model is None:
             raise RuntimeError("concat_ce: call fit() first")
-        reps, logits = self._encode(variants)
+        with self._threads():
+            reps, logits = self._encode(variants)
         return Predictions(1.0 / (1.0 + np.exp(-logits.astype(float))), self._state.predict(reps).astype(object))

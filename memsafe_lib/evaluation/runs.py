@@ -128,28 +128,39 @@ def _fit_job(shared: tuple[dict[str, list[Variant]], Path | None, NeuralContext]
     return fit_and_predict(model, seed, splits, cache_dir, key, context)
 
 
-def _fit_set_models_side_by_side(result: ConstructionResult, jobs: Sequence[tuple[str, int]],
-                                 splits: dict[str, list[Variant]], cache_dir: Path | None,
-                                 context: NeuralContext | None) -> dict[tuple[str, int], FitResult]:
-    """Fit the Stage B set models among ``jobs`` that have no cached result, side by side
-    (:mod:`memsafe_lib.parallel`); each result is cached by its worker as it ends."""
+SIDE_BY_SIDE_MODELS: frozenset[str] = SET_MODELS | {"concat_ce"}
+"""Models whose seeded fits run side by side in worker processes, in one batch per dataset:
+the Stage B set models, and the concatenated cross-encoder (fitted and scored with one thread,
+:data:`memsafe_lib.config.FINETUNE_THREADS`). The longest fits (the cross-encoder's) start
+first, so the short Stage B fits fill the other core."""
+
+
+def _fit_side_by_side(result: ConstructionResult, jobs: Sequence[tuple[str, int]],
+                      splits: dict[str, list[Variant]], cache_dir: Path | None,
+                      context: NeuralContext | None) -> dict[tuple[str, int], FitResult]:
+    """Fit the :data:`SIDE_BY_SIDE_MODELS` among ``jobs`` that have no cached result, side by
+    side (:mod:`memsafe_lib.parallel`); each result is cached by its worker as it ends."""
     if context is None or context.device != "cpu" or config.fit_workers() < 2:
         return {}
     todo = []
     for model, seed in jobs:
-        if model in SET_MODELS:
+        if model in SIDE_BY_SIDE_MODELS:
             key = _cache_key(result.dataset, result.construction, model, seed, result)
             if not (cache_dir and _cache_path(cache_dir, model, seed, key).exists()):
                 todo.append((model, seed, key))
     if len(todo) < 2:
         return {}
+    todo = [j for j in todo if j[0] not in SET_MODELS] + [j for j in todo if j[0] in SET_MODELS]
 
     def report(job: tuple[str, int, str], fit: FitResult) -> None:
         log(f"{result.dataset}: {job[0]} seed {job[1]}: fitted in a worker in {elapsed(fit.fit_seconds)}")
 
-    with step(f"{result.dataset}: {len(todo)} Stage B fits side by side"):
+    what = "Stage B fits side by side"
+    if any(model not in SET_MODELS for model, _, _ in todo):
+        what = "fits side by side (Stage B and the concatenated cross-encoder)"
+    with step(f"{result.dataset}: {len(todo)} {what}"):
         fits = side_by_side(_fit_job, todo, (splits, cache_dir, context.without_encoders()),
-                            label=f"Stage B fits {result.dataset}", on_result=report)
+                            label=f"fits {result.dataset}", on_result=report)
     return {(model, seed): fit for (model, seed, _), fit in zip(todo, fits, strict=True)}
 
 
@@ -177,7 +188,7 @@ def evaluate(
                          f"(splits: {', '.join(sorted(splits))}); too few questions or patients: raise the cap")
     rows, pred_rows, taxonomy = [], [], {}
     jobs = [(m, s) for m in models for s in seeds_for(m, seeds)]
-    prefitted = _fit_set_models_side_by_side(result, jobs, splits, cache_dir, context)
+    prefitted = _fit_side_by_side(result, jobs, splits, cache_dir, context)
     fitted: dict[tuple[str, int | None], FitResult] = {}
     for model, seed in tqdm(jobs, desc=f"evaluate {result.dataset}", disable=not progress):
         done = prefitted.get((model, seed)) or fitted.get((model, shared_fit(model, seed, context)))

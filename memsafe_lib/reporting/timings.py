@@ -28,11 +28,14 @@ KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("stage_a_encode", re.compile(r"^Stage A .*pairs requested")),
     ("stage_b_grid", re.compile(r"^Stage B grid: \d+ points")),
     ("stage_b_fits", re.compile(r"(: | )(memsafe\w*|mean_pool) seed \d+(: fit and predict)?$"
-                                r"|Stage B fits side by side$")),
+                                r"|Stage B fits side by side$"
+                                r"|fits side by side \(Stage B and the concatenated cross-encoder\)$")),
     ("reader_and_judges", re.compile(r"^reader |judge ")),
     ("other_estimators", re.compile(r"seed \d+: fit and predict$|^transfer ")),
 )
-"""(column, what a step's text matches); the first match wins."""
+"""(column, what a step's text matches); the first match wins. A worker batch that mixes Stage B
+fits with the concatenated cross-encoder's seeds (notebook 02) counts as Stage B fits: its
+wall time cannot be split."""
 STEP_COLUMNS = tuple(kind for kind, _ in KINDS)
 
 
