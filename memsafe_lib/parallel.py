@@ -1,11 +1,12 @@
-"""Independent Stage B fits side by side, one process each.
+"""Independent fits side by side, one process each.
 
-Why: MemSafe's set-model fits are the largest cost of a cpu reproduction, and their matrices
-are too small for two threads to share well. Stage B runs one torch thread anyway
-(:data:`memsafe_lib.config.STAGE_B_THREADS`), so fits of different seeds or grid points run
-in :func:`memsafe_lib.config.fit_workers` processes at once: on 2 cores, 1.46x the fits per
-hour of one two-thread fit after another (``bench/stage_b_parallel.py``), with the same
-numbers whatever the number of processes.
+Why: model fits are the largest cost of a cpu reproduction, and their matrices are too small
+for two threads to share well. Three callers use it: the set-model and concatenated
+cross-encoder fits of different seeds (:mod:`memsafe_lib.evaluation.runs`), the Stage B grid points
+(:mod:`memsafe_lib.evaluation.neural`) and the two Stage A fold encoders
+(:mod:`memsafe_lib.encodings.stagea`). Each process runs one torch thread, so the weights are
+the same whatever the number of processes; for Stage B on 2 cores this gives 1.46x the fits
+per hour of one two-thread fit after another (``bench/stage_b_parallel.py``).
 
 Workers are fresh interpreters (``spawn``: no thread pool or CUDA state inherited), each
 given the shared inputs once; a task is a module-level function ``task(shared, item)``.

@@ -140,7 +140,7 @@ def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: Pretraine
     todo = [job for job, done in zip(jobs, finished, strict=True) if not done]
     shared = (config, seed, cache_dir, progress)
     workers = min(config_mod.fit_workers() if config.encoder.device == "cpu" else 1, len(todo))
-    if workers >= 2:  # workers' own messages do not reach a notebook: one step here says it
+    if workers >= 2:  # the workers' own steps overlap in time: this one step times both folds together
         dataset = train[0].dataset if train else ""
         with step(f"Stage A {dataset} (seed {seed}): fine-tune on {sum(len(j.pairs) for j in todo):,} pairs, "
                   f"{len(todo)} fold encoders side by side"):
