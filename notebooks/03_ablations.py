@@ -51,7 +51,7 @@ from IPython.display import display
 
 from memsafe_lib import config
 from memsafe_lib.estimators.registry import ABLATIONS, INTERACTION, LADDER
-from memsafe_lib.evaluation.runs import run_evaluation
+from memsafe_lib.evaluation.runs import EvaluationRequest, run_evaluations
 from memsafe_lib.evaluation.summary import ABLATION_COMPARISONS, summarize
 from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
@@ -75,7 +75,9 @@ print(f"seeds: {seeds}; Stage A start: {cfg.neural.encoder}")
 # Fitted models are cached under `evaluate/` by code, data and settings, so the rows notebook
 # 02 already fitted (MemSafe, mean pooling, relevance aggregation, LexSet) are loaded, not
 # refitted. The frozen rows need Stage A without fine-tuning: every memory encoded once more
-# by the pretrained encoder.
+# by the pretrained encoder. `run_evaluations` runs Stage A for every dataset first and then
+# fits all their set models in one side-by-side batch (three seeds on two cores would leave a
+# core idle at the end of each dataset's batch); each fit is the same as alone.
 
 # %%
 datasets = list(dict.fromkeys([*ablation_datasets, *bridge_datasets, *ladder_datasets]))
@@ -86,7 +88,8 @@ for d in datasets:
     if d in ablation_datasets:
         wanted += list(INTERACTION.values())
     models[d] = list(dict.fromkeys(wanted))
-files = {d: run_evaluation(d, models[d], seeds, cfg, folder=config.NB03_ABLATIONS) for d in datasets}
+requests = [EvaluationRequest(d, tuple(models[d]), folder=config.NB03_ABLATIONS) for d in datasets]
+files = dict(zip(datasets, run_evaluations(requests, seeds, cfg), strict=True))
 pd.DataFrame([{"dataset": d, "models": ", ".join(m)} for d, m in models.items()])
 
 # %% [markdown]
@@ -95,13 +98,16 @@ pd.DataFrame([{"dataset": d, "models": ", ".join(m)} for d, m in models.items()]
 # variants, integrity labels and everything we score against stay gold. **Learning curve.**
 # MemSafe and LexSet trained on nested salted-hash fractions of the training questions (the
 # encoder is fine-tuned on the same fraction); validation and test are the full splits.
+# The silver run and the curve points share one batch of fits, as above.
 
 # %%
-silver_files = {d: run_evaluation(d, ["memsafe"], seeds, cfg, folder=config.NB03_ABLATIONS, supervision="silver")
-                for d in silver_datasets}
-curve_files = {(d, f): run_evaluation(d, ["memsafe", "lexset"], seeds, cfg, folder=config.NB03_ABLATIONS,
-                                      train_fraction=f)
-               for d in curve_datasets for f in curve_fractions}
+silver = [EvaluationRequest(d, ("memsafe",), folder=config.NB03_ABLATIONS, supervision="silver")
+          for d in silver_datasets]
+points = [(d, f) for d in curve_datasets for f in curve_fractions]
+curve = [EvaluationRequest(d, ("memsafe", "lexset"), folder=config.NB03_ABLATIONS, train_fraction=f) for d, f in points]
+written = run_evaluations([*silver, *curve], seeds, cfg)
+silver_files = dict(zip(silver_datasets, written[:len(silver)], strict=True))
+curve_files = dict(zip(points, written[len(silver):], strict=True))
 gold = {d: build(d, None, cfg)[1] for d in dict.fromkeys([*silver_datasets, *curve_datasets])}
 
 # %%

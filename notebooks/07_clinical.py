@@ -48,7 +48,7 @@ from IPython.display import display
 from memsafe_lib import config
 from memsafe_lib.data.mimic import ClinicalLoad, Event
 from memsafe_lib.evaluation.hypotheses import evaluate_hypotheses
-from memsafe_lib.evaluation.runs import run_evaluation
+from memsafe_lib.evaluation.runs import EvaluationRequest, run_evaluations
 from memsafe_lib.io import read_csv, write_csv, write_json
 from memsafe_lib.ledger import record_run
 from memsafe_lib.reporting import clinical as report
@@ -101,11 +101,13 @@ data_table.T
 #
 # LexSet gains the clinical feature group (the asked measurement's units, their ages and
 # recency ranks, the gap and trend between the two newest values). The rule answers "unsafe
-# unless a recent enough value is present", with its age cut-off fitted on train.
+# unless a recent enough value is present", with its age cut-off fitted on train. Both
+# sources' MemSafe fits run in one side-by-side batch after both Stage A runs (and the curve's
+# points below likewise): the same fits, without an idle core at the end of each source's.
 
 # %%
-files = {d: run_evaluation(d, models, seeds, cfg, construction="clinical", folder=config.NB07_CLINICAL)
-         for d in datasets}
+requests = [EvaluationRequest(d, tuple(models), "clinical", config.NB07_CLINICAL) for d in datasets]
+files = dict(zip(datasets, run_evaluations(requests, seeds, cfg), strict=True))
 metrics = pd.concat([read_csv(files[d]["metrics"]) for d in datasets], ignore_index=True)
 train_variants = {d: sum(1 for v in built[d][1].variants if v.split == "train") for d in datasets}
 patients = {d: a["patients"] for d, a in zip(datasets, accountings, strict=True)}
@@ -121,8 +123,9 @@ clinical
 
 # %%
 caps = [c for c in cfg.clinical.curve_caps if cfg.clinical.question_cap is None or c < cfg.clinical.question_cap]
-curve_files = {c: run_evaluation(curve_dataset, ["memsafe", "lexset", "clinical_rule"], seeds, cfg,
-                                 construction="clinical", folder=config.NB07_CLINICAL, question_cap=c) for c in caps}
+curve_requests = [EvaluationRequest(curve_dataset, ("memsafe", "lexset", "clinical_rule"), "clinical",
+                                    config.NB07_CLINICAL, question_cap=c) for c in caps]
+curve_files = dict(zip(caps, run_evaluations(curve_requests, seeds, cfg), strict=True))
 curve_metrics = pd.concat([metrics, *(read_csv(f["metrics"]) for f in curve_files.values())], ignore_index=True)
 rows = []
 for c in caps:

@@ -127,3 +127,55 @@ def test_cross_encoder_fits_side_by_side_equal_those_in_process(tmp_path: Path,
         frames.append((metrics.drop(columns=["fit_seconds", "config"]), preds))
     pd.testing.assert_frame_equal(frames[0][0], frames[1][0])
     pd.testing.assert_frame_equal(frames[0][1], frames[1][1])
+
+
+def test_fits_of_several_runs_pooled_in_one_batch_equal_each_run_alone(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notebooks 03 and 07 pool the set-model fits of several runs (curve points, datasets) in
+    one batch: each run's metrics and predictions equal those of the run fitted alone, one fit
+    after another, and every pooled fit is cached in its own run's cache."""
+    variants, enc = _variants_and_encodings(60)
+    splits = ["train", "train", "validation", "test"]
+    variants = [replace(v, split=splits[int(v.base_id[1:]) % 4]) for v in variants]
+    small = [v for v in variants if v.split != "train" or int(v.base_id[1:]) % 3]  # fewer training questions
+    results = [C.ConstructionResult("synthetic", "size-matched", variants, []),
+               C.ConstructionResult("synthetic", "size-matched-small", small, [])]
+    stage_a = StageAResult(enc, (), None, EncodeStats(), (0, 0))  # type: ignore[arg-type]
+    scale = replace(SCALES["smoke"], neural=replace(SCALES["smoke"].neural, encoder_seeds=(17,)))
+    context = NeuralContext("synthetic", scale, {17: stage_a}, {"width": 16, "heads": 2, "epochs": 2})
+    models, seeds = ["memsafe", "lexset"], [17, 29, 43]
+    jobs = [(m, s) for m in models for s in seeds]
+
+    monkeypatch.setenv(FIT_WORKERS_ENV, "2")
+    batches = [runs.pending_fits(r, jobs, C.by_split(r.variants), tmp_path / f"pooled{i}", context)
+               for i, r in enumerate(results)]
+    assert [len(b.todo) for b in batches] == [6, 6]  # type: ignore[union-attr]  # the set model's and LexSet's seeds
+    fitted = runs.fit_batches(batches)
+    assert [sorted(f) for f in fitted] == [sorted(jobs)] * 2
+    for i in range(2):
+        assert len(list((tmp_path / f"pooled{i}").glob("*.pkl"))) == 6
+    pooled = [runs.evaluate(r, models, seeds, progress=False, context=context, cache_dir=tmp_path / f"pooled{i}",
+                            prefitted=f) for i, (r, f) in enumerate(zip(results, fitted, strict=True))]
+
+    monkeypatch.setenv(FIT_WORKERS_ENV, "1")
+    for i, r in enumerate(results):
+        metrics, preds, _ = runs.evaluate(r, models, seeds, progress=False, context=context,
+                                          cache_dir=tmp_path / f"alone{i}")
+        pd.testing.assert_frame_equal(pooled[i][0].drop(columns="fit_seconds"), metrics.drop(columns="fit_seconds"))
+        pd.testing.assert_frame_equal(pooled[i][1], preds)
+    assert runs.pending_fits(results[0], jobs, C.by_split(variants), tmp_path / "alone0", context) is None
+
+
+def test_pooled_fits_start_longest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The greedy schedule: the cross-encoder's fits first, then set-model fits by their run's
+    training size, largest first, then LexSet's short fits; seeds keep their order."""
+    order: list[tuple[int, str, int, str]] = []
+    monkeypatch.setattr(runs, "side_by_side", lambda task, items, shared, **kw: order.extend(items) or [None] * len(items))
+    variants, _ = _variants_and_encodings(8)
+    small = runs.FitBatch("a", {"train": variants[:2]}, Path("."), None,  # type: ignore[arg-type]
+                          (("lexset", 17, "k"), ("memsafe", 17, "k"), ("memsafe", 29, "k")))
+    large = runs.FitBatch("b", {"train": variants}, Path("."), None,  # type: ignore[arg-type]
+                          (("mean_pool", 17, "k"), ("concat_ce", 17, "k")))
+    runs.fit_batches([small, None, large])
+    assert [(i, m, s) for i, m, s, _ in order] == [(2, "concat_ce", 17), (2, "mean_pool", 17), (0, "memsafe", 17),
+                                                   (0, "memsafe", 29), (0, "lexset", 17)]

@@ -91,3 +91,14 @@ def test_a_mixed_batch_with_the_cross_encoder_counts_as_stage_b_fits(tmp_path: P
              "cross-encoder): done in 9.0 min"]
     steps = T.outermost(T.parse_steps(T.progress_lines(_notebook(tmp_path / "nb.ipynb", lines))))
     assert [(s.kind, s.seconds) for s in steps] == [("stage_b_fits", 540.0)]
+
+
+def test_a_pooled_batch_of_several_runs_with_lexset_counts_as_stage_b_fits(tmp_path: Path) -> None:
+    """Notebooks 03 and 07 pool several runs' fits, LexSet's seeds among them: one batch, one
+    wall time, counted once as Stage B fits (its LexSet fits inside are not counted again)."""
+    lines = ["[memsafe 10:00:00 +1.0 s] mimic-labs, mimic-omr (2 runs): 12 fits side by side (Stage B, LexSet) ...",
+             "[memsafe 10:00:09 +9.0 s] mimic-omr: lexset seed 17: fit and predict: done in 8.0 s",
+             "[memsafe 10:13:00 +13.0 min] mimic-labs, mimic-omr (2 runs): 12 fits side by side (Stage B, LexSet): "
+             "done in 13.0 min"]
+    steps = T.outermost(T.parse_steps(T.progress_lines(_notebook(tmp_path / "nb.ipynb", lines))))
+    assert [(s.kind, s.seconds) for s in steps] == [("stage_b_fits", 780.0)]

@@ -97,3 +97,35 @@ def test_family_b_from_official_format_files_goes_through_transfer(qa_fixtures: 
                              {"family-b": family_b.variants})
     drops = drop_table(table)
     assert set(drops.model) == {"tfidf", "text_length"} and drops["drop"].notna().all()
+
+
+def test_transferred_set_models_side_by_side_equal_one_after_another(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notebook 04 fits the set models' seeds in two worker processes: the same predictions on
+    the source and the target as fitting them here one after another."""
+    from dataclasses import replace
+
+    from memsafe_lib.config import FIT_WORKERS_ENV, SCALES
+    from memsafe_lib.encodings.encoders import EncodeStats
+    from memsafe_lib.encodings.stagea import StageAResult
+    from memsafe_lib.estimators.context import NeuralContext
+    from tests.test_setmodel import _variants_and_encodings
+
+    variants, enc = _variants_and_encodings(60)
+    splits = ["train", "train", "validation", "test"]
+    source_variants = [replace(v, split=splits[int(v.base_id[1:]) % 4]) for v in variants if int(v.base_id[1:]) < 48]
+    target = [v for v in variants if int(v.base_id[1:]) >= 48]
+    source = C.ConstructionResult("synthetic", "size-matched", source_variants, [])
+    scale = replace(SCALES["smoke"], neural=replace(SCALES["smoke"].neural, encoder_seeds=(17,)))
+    out = {}
+    for workers in ("2", "1"):
+        monkeypatch.setenv(FIT_WORKERS_ENV, workers)
+        stage_a = StageAResult(dict(enc), (), None, EncodeStats(), (0, 0))  # type: ignore[arg-type]
+        context = NeuralContext("synthetic", scale, {17: stage_a}, {"width": 16, "heads": 2, "epochs": 2})
+        out[workers] = T.transfer(source, {"other": target}, ["memsafe", "tfidf"], [17, 29], context,
+                                  cache_dir=tmp_path / workers)
+        assert len(list((tmp_path / workers).glob("transfer-memsafe-*.pkl"))) == 2
+    assert [(r.model, r.seed) for r in out["2"]] == [("memsafe", 17), ("memsafe", 29), ("tfidf", 17), ("tfidf", 29)]
+    for a, b in zip(out["2"], out["1"], strict=True):
+        for name in ("source_test", "other"):
+            np.testing.assert_array_equal(a.predictions[name].unsafe_prob, b.predictions[name].unsafe_prob)

@@ -121,47 +121,96 @@ def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cac
     return result
 
 
-def _fit_job(shared: tuple[dict[str, list[Variant]], Path | None, NeuralContext], job: tuple[str, int, str]
-             ) -> FitResult:
-    splits, cache_dir, context = shared
-    model, seed, key = job
-    return fit_and_predict(model, seed, splits, cache_dir, key, context)
+SIDE_BY_SIDE_MODELS: frozenset[str] = SET_MODELS | {"concat_ce", "lexset"}
+"""Models whose seeded fits run side by side in worker processes: the Stage B set models, the
+concatenated cross-encoder (fitted and scored with one thread,
+:data:`memsafe_lib.config.FINETUNE_THREADS`) and LexSet (one thread wherever it runs, see
+:func:`memsafe_lib.config.fit_threads`; fitted here, it would leave the other core idle)."""
 
 
-SIDE_BY_SIDE_MODELS: frozenset[str] = SET_MODELS | {"concat_ce"}
-"""Models whose seeded fits run side by side in worker processes, in one batch per dataset:
-the Stage B set models, and the concatenated cross-encoder (fitted and scored with one thread,
-:data:`memsafe_lib.config.FINETUNE_THREADS`). The longest fits (the cross-encoder's) start
-first, so the short Stage B fits fill the other core."""
+@dataclass(frozen=True)
+class FitBatch:
+    """One run's share of a side-by-side batch: its splits, cache and context (Stage A
+    encodings only), and the (model, seed, cache key) fits it still lacks."""
+
+    dataset: str
+    splits: dict[str, list[Variant]]
+    cache_dir: Path
+    context: NeuralContext
+    todo: tuple[tuple[str, int, str], ...]
 
 
-def _fit_side_by_side(result: ConstructionResult, jobs: Sequence[tuple[str, int]],
-                      splits: dict[str, list[Variant]], cache_dir: Path | None,
-                      context: NeuralContext | None) -> dict[tuple[str, int], FitResult]:
-    """Fit the :data:`SIDE_BY_SIDE_MODELS` among ``jobs`` that have no cached result, side by
-    side (:mod:`memsafe_lib.parallel`); each result is cached by its worker as it ends."""
-    if context is None or context.device != "cpu" or config.fit_workers() < 2:
-        return {}
+def pending_fits(result: ConstructionResult, jobs: Sequence[tuple[str, int]], splits: dict[str, list[Variant]],
+                 cache_dir: Path | None, context: NeuralContext | None) -> FitBatch | None:
+    """The :data:`SIDE_BY_SIDE_MODELS` fits among ``jobs`` without a cached result, or None when
+    fits do not run side by side here (no cache, not on CPU, one worker)."""
+    if context is None or cache_dir is None or context.device != "cpu" or config.fit_workers() < 2:
+        return None
     todo = []
     for model, seed in jobs:
         if model in SIDE_BY_SIDE_MODELS:
             key = _cache_key(result.dataset, result.construction, model, seed, result)
-            if not (cache_dir and _cache_path(cache_dir, model, seed, key).exists()):
+            if not _cache_path(cache_dir, model, seed, key).exists():
                 todo.append((model, seed, key))
-    if len(todo) < 2:
-        return {}
-    todo = [j for j in todo if j[0] not in SET_MODELS] + [j for j in todo if j[0] in SET_MODELS]
+    return FitBatch(result.dataset, splits, cache_dir, context.without_encoders(), tuple(todo)) if todo else None
 
-    def report(job: tuple[str, int, str], fit: FitResult) -> None:
-        log(f"{result.dataset}: {job[0]} seed {job[1]}: fitted in a worker in {elapsed(fit.fit_seconds)}")
 
+def _batch_job(shared: Sequence[FitBatch | None], job: tuple[int, str, int, str]) -> FitResult:
+    index, model, seed, key = job
+    batch = shared[index]
+    assert batch is not None
+    return fit_and_predict(model, seed, batch.splits, batch.cache_dir, key, batch.context)
+
+
+def fit_batches(batches: Sequence[FitBatch | None]) -> list[dict[tuple[str, int], FitResult]]:
+    """Every pending fit of several runs in one side-by-side batch (:mod:`memsafe_lib.parallel`);
+    each result is cached by its worker as it ends. Pooling matters because one run's three
+    seeds on two workers leave a core idle for a whole fit at the end of its batch; pooled,
+    the next run's fits fill it. Order (longest first, a greedy schedule): the cross-encoder's
+    fits, then set-model fits by the size of their run's training split, largest first, then
+    the short LexSet fits, which fill the gaps."""
+    jobs = [(i, model, seed, key) for i, b in enumerate(batches) if b is not None for model, seed, key in b.todo]
+    out: list[dict[tuple[str, int], FitResult]] = [{} for _ in batches]
+    if len(jobs) < 2:
+        return out
+
+    def longest_first(job: tuple[int, str, int, str]) -> tuple[int, int]:
+        batch = batches[job[0]]
+        kind = 1 if job[1] in SET_MODELS else 0 if job[1] == "concat_ce" else 2
+        return kind, -len(batch.splits["train"]) if batch else 0
+
+    jobs.sort(key=longest_first)  # stable: seeds keep their order
+
+    def report(job: tuple[int, str, int, str], fit: FitResult) -> None:
+        log(f"{batches[job[0]].dataset}: {job[1]} seed {job[2]}: fitted in a worker "  # type: ignore[union-attr]
+            f"in {elapsed(fit.fit_seconds)}")
+
+    active = [b for b in batches if b is not None and b.todo]
+    datasets = ", ".join(sorted({b.dataset for b in active}))
+    where = datasets + (f" ({len(active)} runs)" if len(active) > 1 else "")
     what = "Stage B fits side by side"
-    if any(model not in SET_MODELS for model, _, _ in todo):
-        what = "fits side by side (Stage B and the concatenated cross-encoder)"
-    with step(f"{result.dataset}: {len(todo)} {what}"):
-        fits = side_by_side(_fit_job, todo, (splits, cache_dir, context.without_encoders()),
-                            label=f"fits {result.dataset}", on_result=report)
-    return {(model, seed): fit for (model, seed, _), fit in zip(todo, fits, strict=True)}
+    models = {model for _, model, _, _ in jobs}
+    if models - SET_MODELS:  # named, so the time table can tell what the batch held
+        named = (("Stage B", bool(models & SET_MODELS)), ("concatenated cross-encoder", "concat_ce" in models),
+                 ("LexSet", "lexset" in models))
+        kinds = [kind for kind, present in named if present]
+        what = f"fits side by side ({', '.join(kinds)})"
+    with step(f"{where}: {len(jobs)} {what}"):
+        fits = side_by_side(_batch_job, jobs, list(batches), label=f"fits {datasets}", on_result=report)
+    for (index, model, seed, _), fit in zip(jobs, fits, strict=True):
+        out[index][(model, seed)] = fit
+    return out
+
+
+def checked_splits(result: ConstructionResult) -> dict[str, list[Variant]]:
+    """The construction's splits; a run without training or test variants fails before any fit."""
+    splits = by_split(result.variants)
+    if not splits.get("train"):
+        raise ValueError(f"{result.dataset}/{result.construction}: no training variants")
+    if not splits.get("test"):
+        raise ValueError(f"{result.dataset}/{result.construction}: no test variants among {len(result.variants)} "
+                         f"(splits: {', '.join(sorted(splits))}); too few questions or patients: raise the cap")
+    return splits
 
 
 def _cache_path(cache_dir: Path, model: str, seed: int, key: str) -> Path:
@@ -176,19 +225,16 @@ def evaluate(
     cache_dir: Path | None = None,
     progress: bool = True,
     context: NeuralContext | None = None,
+    prefitted: dict[tuple[str, int], FitResult] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Return (metrics rows, per-variant predictions, test error taxonomies).
 
-    Neural models need ``context`` (Stage A encodings and the Stage B configuration)."""
-    splits = by_split(result.variants)
-    if not splits.get("train"):
-        raise ValueError(f"{result.dataset}/{result.construction}: no training variants")
-    if not splits.get("test"):
-        raise ValueError(f"{result.dataset}/{result.construction}: no test variants among {len(result.variants)} "
-                         f"(splits: {', '.join(sorted(splits))}); too few questions or patients: raise the cap")
+    Neural models need ``context`` (Stage A encodings and the Stage B configuration);
+    ``prefitted`` holds fits already made side by side for this run (:func:`fit_batches`)."""
+    splits = checked_splits(result)
     rows, pred_rows, taxonomy = [], [], {}
     jobs = [(m, s) for m in models for s in seeds_for(m, seeds)]
-    prefitted = _fit_side_by_side(result, jobs, splits, cache_dir, context)
+    prefitted = {**fit_batches([pending_fits(result, jobs, splits, cache_dir, context)])[0], **(prefitted or {})}
     fitted: dict[tuple[str, int | None], FitResult] = {}
     for model, seed in tqdm(jobs, desc=f"evaluate {result.dataset}", disable=not progress):
         done = prefitted.get((model, seed)) or fitted.get((model, shared_fit(model, seed, context)))
@@ -226,51 +272,107 @@ def evaluate(
 
 
 
-def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], scale: ScaleConfig,
-                   construction: str = "size-matched", progress: bool = True,
-                   device: str | None = None, folder: str = config.EVALUATE, supervision: str = "gold",
-                   train_fraction: float = 1.0, question_cap: int | None = None) -> dict[str, Path]:
-    """Everything ``memsafe evaluate`` does: build, (run Stage A,) fit, score, write, ledger.
+@dataclass(frozen=True)
+class EvaluationRequest:
+    """One ``memsafe evaluate`` run: which dataset, construction and models, trained how.
 
-    Results go to ``<folder>/<dataset>/<construction>/`` (notebook 03 keeps its ablations
-    apart from Table "main"); fitted models are cached under ``evaluate/`` for every folder,
-    so a model already fitted for another table is only loaded. ``supervision="silver"``
-    trains on answer-matched per-unit targets, ``train_fraction`` on a nested hash subset of
-    the training questions; either changes the construction's name (``size-matched-silver``,
-    ``size-matched-train25``) and so where results and caches go."""
-    loaded, result = build(dataset, construction, scale, question_cap=question_cap)
-    if supervision not in ("gold", "silver"):
-        raise ValueError(f"supervision must be 'gold' or 'silver', not {supervision!r}")
-    if supervision == "silver":
+    ``supervision="silver"`` trains on answer-matched per-unit targets, ``train_fraction`` on
+    a nested hash subset of the training questions, ``question_cap`` caps the base questions;
+    each changes the construction's name (``size-matched-silver``, ``size-matched-train25``,
+    ``clinical-cap500``) and so where results and caches go. Results go to
+    ``<folder>/<dataset>/<construction>/`` (notebook 03 keeps its ablations apart from Table
+    "main"); fitted models are cached under ``evaluate/`` for every folder, so a model
+    already fitted for another table is only loaded."""
+
+    dataset: str
+    models: tuple[str, ...]
+    construction: str = "size-matched"
+    folder: str = config.EVALUATE
+    supervision: str = "gold"
+    train_fraction: float = 1.0
+    question_cap: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.supervision not in ("gold", "silver"):
+            raise ValueError(f"supervision must be 'gold' or 'silver', not {self.supervision!r}")
+
+
+@dataclass
+class _PreparedRun:
+    request: EvaluationRequest
+    loaded: Any
+    result: ConstructionResult
+    context: NeuralContext | None
+    cache: Path
+
+
+def _prepare(request: EvaluationRequest, seeds: Sequence[int], scale: ScaleConfig, progress: bool,
+             device: str | None) -> _PreparedRun:
+    """Build the construction and, for neural models, run Stage A (cached)."""
+    loaded, result = build(request.dataset, request.construction, scale, question_cap=request.question_cap)
+    if request.supervision == "silver":
         result = with_silver_training(result)
-    result = training_subset(result, train_fraction)
-    construction = result.construction
-    out = scale.output_dir(folder, dataset, construction)
-    cache = scale.cache_dir(config.EVALUATE, dataset, construction)
+    result = training_subset(result, request.train_fraction)
+    checked_splits(result)
     context = None
-    neural_settings: dict[str, Any] = {}
-    finetuned, frozen = stage_a_kinds(models)
+    finetuned, frozen = stage_a_kinds(request.models)
     if finetuned or frozen:
         context = build_context(result, scale, seeds, device=device or default_device(), progress=progress,
                                 finetuned=finetuned, frozen=frozen)
-        summary = context_summary(context)
-        neural_settings = {"budget": summary["budget"], "stage_b": summary["stage_b"]}
-    metrics, predictions, taxonomy = evaluate(result, models, seeds, cache_dir=cache, progress=progress,
-                                              context=context)
+    return _PreparedRun(request, loaded, result, context,
+                        scale.cache_dir(config.EVALUATE, request.dataset, result.construction))
+
+
+def _finish(run: _PreparedRun, seeds: Sequence[int], scale: ScaleConfig, progress: bool,
+            prefitted: dict[tuple[str, int], FitResult]) -> dict[str, Path]:
+    """Fit what is left, score, write the run's files and its ledger entry."""
+    request, result, context = run.request, run.result, run.context
+    out = scale.output_dir(request.folder, request.dataset, result.construction)
+    metrics, predictions, taxonomy = evaluate(result, request.models, seeds, cache_dir=run.cache, progress=progress,
+                                              context=context, prefitted=prefitted)
     files = {
         "metrics": write_csv(out / "metrics.csv", metrics),
         "predictions": write_csv(out / "predictions.csv.gz", predictions),
         "taxonomy": write_json(out / "taxonomy.json", taxonomy),
     }
-    if neural_settings:
+    neural_settings: dict[str, Any] = {}
+    if context is not None:
+        summary = context_summary(context)
+        neural_settings = {"budget": summary["budget"], "stage_b": summary["stage_b"]}
         files["neural"] = write_json(out / "neural.json", summary)
     means = metrics[metrics["split"] == "test"].groupby("model")[["unsafe_auroc", "macro_f1"]].mean().round(4)
-    record_run(f"evaluate:{dataset}" if folder == config.EVALUATE else f"evaluate:{folder}:{dataset}", scale,
-               raw_files=loaded.files,
-               settings={"dataset": dataset, "construction": construction, "supervision": supervision,
-                         "train_fraction": train_fraction, "models": list(models),
-                         "seeds": list(seeds), "data": data_fingerprint(loaded.files), **neural_settings},
+    name = request.dataset if request.folder == config.EVALUATE else f"{request.folder}:{request.dataset}"
+    record_run(f"evaluate:{name}", scale, raw_files=run.loaded.files,
+               settings={"dataset": request.dataset, "construction": result.construction,
+                         "supervision": request.supervision, "train_fraction": request.train_fraction,
+                         "models": list(request.models), "seeds": list(seeds),
+                         "data": data_fingerprint(run.loaded.files), **neural_settings},
                outputs=files.values(), metrics={"test_mean": means.to_dict(orient="index"),
                                                 **({"stage_a": summary["stage_a"]} if context else {})})
     return files
 
+
+def run_evaluations(requests: Sequence[EvaluationRequest], seeds: Sequence[int], scale: ScaleConfig,
+                    progress: bool = True, device: str | None = None) -> list[dict[str, Path]]:
+    """Several runs with the side-by-side fits of all of them in one batch (:func:`fit_batches`):
+    every run is built and its Stage A run first, then all their set-model fits run together,
+    then each run is scored and written. The numbers are those of one run after another (each
+    fit is the same one-thread fit in a worker); only the idle core at each run's end goes."""
+    runs = [_prepare(r, seeds, scale, progress, device) for r in requests]
+    pending = []
+    for run in runs:
+        jobs = [(m, s) for m in run.request.models for s in seeds_for(m, seeds)]
+        pending.append(pending_fits(run.result, jobs, checked_splits(run.result), run.cache, run.context))
+    prefitted = fit_batches(pending)
+    return [_finish(run, seeds, scale, progress, fits) for run, fits in zip(runs, prefitted, strict=True)]
+
+
+def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], scale: ScaleConfig,
+                   construction: str = "size-matched", progress: bool = True,
+                   device: str | None = None, folder: str = config.EVALUATE, supervision: str = "gold",
+                   train_fraction: float = 1.0, question_cap: int | None = None) -> dict[str, Path]:
+    """Everything ``memsafe evaluate`` does for one run (see :class:`EvaluationRequest`):
+    build, (run Stage A,) fit, score, write, ledger."""
+    request = EvaluationRequest(dataset, tuple(models), construction, folder, supervision, train_fraction,
+                                question_cap)
+    return run_evaluations([request], seeds, scale, progress=progress, device=device)[0]

@@ -18,13 +18,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from memsafe_lib import config
 from memsafe_lib.encodings.finetune import encode_with_folds
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
-from memsafe_lib.estimators.registry import make_model, seeds_for
+from memsafe_lib.estimators.registry import SET_MODELS, make_model, seeds_for
 from memsafe_lib.io import atomic_open, sha256_bytes
 from memsafe_lib.ledger import code_fingerprint
 from memsafe_lib.measures.metrics import average_precision, brier_score, expected_calibration_error, unsafe_auroc
+from memsafe_lib.parallel import side_by_side
 from memsafe_lib.progress import log, step
 from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split
 
@@ -60,18 +62,38 @@ def _fingerprint(variants: Sequence[Variant]) -> str:
                                   for v in variants).encode())
 
 
+def _transfer_fit(shared: tuple[dict[str, list[Variant]], dict[str, list[Variant]], NeuralContext | None],
+                  job: tuple[str, int, Path | None]) -> TransferResult:
+    """Fit one (model, seed) on the source and predict its splits and every target; cached."""
+    splits, targets, context = shared
+    model, seed, path = job
+    with step(f"transfer {splits['train'][0].dataset}: {model} seed {seed}"):
+        estimator = make_model(model, seed, context).fit(splits["train"], splits.get("validation"))
+        predictions = {"source_test": estimator.predict(splits["test"]),
+                       "source_validation": estimator.predict(splits["validation"]),
+                       **{name: estimator.predict(vs) for name, vs in targets.items() if vs}}
+    result = TransferResult(model, seed, predictions)
+    if path is not None:
+        with atomic_open(path, "wb") as fh:
+            pickle.dump(result, fh)
+    return result
+
+
 def transfer(source: ConstructionResult, targets: dict[str, Sequence[Variant]], models: Sequence[str],
              seeds: Sequence[int], context: NeuralContext | None = None, cache_dir: Path | None = None
              ) -> list[TransferResult]:
     """Fit each (model, seed) on the source's train split (selection on its validation) and
-    predict the source's test split and every target, unchanged."""
+    predict the source's test split and every target, unchanged. On CPU the set models' fits
+    run side by side (one torch thread each, as in ``evaluate``: the same fits as one after
+    another), the others here."""
     splits = by_split(source.variants)
-    targets = {name: as_test(vs) for name, vs in targets.items()}
+    target_tests = {name: as_test(vs) for name, vs in targets.items()}
     if context is not None:
-        add_target_encodings(context, [v for vs in targets.values() for v in vs])
+        add_target_encodings(context, [v for vs in target_tests.values() for v in vs])
     key_base = "|".join([code_fingerprint(), _fingerprint(source.variants),
-                         *(f"{n}:{_fingerprint(vs)}" for n, vs in sorted(targets.items()))])
-    out = []
+                         *(f"{n}:{_fingerprint(vs)}" for n, vs in sorted(target_tests.items()))])
+    done: dict[tuple[str, int], TransferResult] = {}
+    todo: list[tuple[str, int, Path | None]] = []
     for model in models:
         for seed in seeds_for(model, seeds):
             path = None
@@ -80,19 +102,20 @@ def transfer(source: ConstructionResult, targets: dict[str, Sequence[Variant]], 
                 if path.exists():
                     log(f"transfer {source.dataset}: {model} seed {seed}: resumed from cache")
                     with open(path, "rb") as fh:
-                        out.append(pickle.load(fh))
+                        done[(model, seed)] = pickle.load(fh)
                     continue
-            with step(f"transfer {source.dataset}: {model} seed {seed}"):
-                estimator = make_model(model, seed, context).fit(splits["train"], splits.get("validation"))
-                predictions = {"source_test": estimator.predict(splits["test"]),
-                               "source_validation": estimator.predict(splits["validation"]),
-                               **{name: estimator.predict(vs) for name, vs in targets.items() if vs}}
-            result = TransferResult(model, seed, predictions)
-            if path is not None:
-                with atomic_open(path, "wb") as fh:
-                    pickle.dump(result, fh)
-            out.append(result)
-    return out
+            todo.append((model, seed, path))
+    together = [j for j in todo if j[0] in SET_MODELS]
+    shared = (splits, target_tests, context)
+    if context is not None and context.device == "cpu" and config.fit_workers() >= 2 and len(together) >= 2:
+        with step(f"transfer {source.dataset}: {len(together)} Stage B fits side by side"):
+            fits = side_by_side(_transfer_fit, together, (splits, target_tests, context.without_encoders()),
+                                label=f"transfer {source.dataset}")
+        done.update({(m, s): fit for (m, s, _), fit in zip(together, fits, strict=True)})
+    for model, seed, path in todo:
+        if (model, seed) not in done:
+            done[(model, seed)] = _transfer_fit(shared, (model, seed, path))
+    return [done[(model, seed)] for model in models for seed in seeds_for(model, seeds)]
 
 
 def scores(variants: Sequence[Variant], predictions: Predictions) -> dict[str, Any]:

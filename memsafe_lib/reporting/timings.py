@@ -29,13 +29,14 @@ KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("stage_b_grid", re.compile(r"^Stage B grid: \d+ points")),
     ("stage_b_fits", re.compile(r"(: | )(memsafe\w*|mean_pool) seed \d+(: fit and predict)?$"
                                 r"|Stage B fits side by side$"
-                                r"|fits side by side \(Stage B and the concatenated cross-encoder\)$")),
+                                r"|fits side by side \(Stage B[^)]*\)$")),
     ("reader_and_judges", re.compile(r"^reader |judge ")),
     ("other_estimators", re.compile(r"seed \d+: fit and predict$|^transfer ")),
 )
 """(column, what a step's text matches); the first match wins. A worker batch that mixes Stage B
-fits with the concatenated cross-encoder's seeds (notebook 02) counts as Stage B fits: its
-wall time cannot be split."""
+fits with other seeded fits (the concatenated cross-encoder's, LexSet's; the message names
+them, e.g. "fits side by side (Stage B, LexSet)") counts as Stage B fits: its wall time cannot
+be split, and Stage B fits are most of it."""
 STEP_COLUMNS = tuple(kind for kind, _ in KINDS)
 
 
