@@ -75,9 +75,12 @@ print(f"seeds: {seeds}; Stage A start: {cfg.neural.encoder}")
 # Fitted models are cached under `evaluate/` by code, data and settings, so the rows notebook
 # 02 already fitted (MemSafe, mean pooling, relevance aggregation, LexSet) are loaded, not
 # refitted. The frozen rows need Stage A without fine-tuning: every memory encoded once more
-# by the pretrained encoder. `run_evaluations` runs Stage A for every dataset first and then
-# fits all their set models in one side-by-side batch (three seeds on two cores would leave a
-# core idle at the end of each dataset's batch); each fit is the same as alone.
+# by the pretrained encoder where a frozen set model reads the encodings (MuSiQue); where only
+# relevance aggregation reads them (the ladder on HotpotQA and 2Wiki), the pretrained ranker's
+# relevance scores are all it needs, and no pair is encoded (`pair_encodings` below).
+# `run_evaluations` runs Stage A for every dataset first and then fits all their set models
+# in one side-by-side batch (three seeds on two cores would leave a core idle at the end of
+# each dataset's batch); each fit is the same as alone.
 
 # %%
 datasets = list(dict.fromkeys([*ablation_datasets, *bridge_datasets, *ladder_datasets]))
@@ -118,7 +121,8 @@ for d in datasets:
         for encoder_seed, s in neural.get(kind, {}).items():
             stage_a.append({"dataset": d, "stage_a": "fine-tuned" if kind == "stage_a" else "frozen",
                             "encoder_seed": int(encoder_seed), "relevance_logit": s.get("relevance_logit"),
-                            "u_top_by": s.get("u_top_by"), "pairs_unique": s["pairs_unique"],
+                            "u_top_by": s.get("u_top_by"), "pair_encodings": s.get("pair_encodings", True),
+                            "pairs_unique": s["pairs_unique"],
                             "seconds_encode": s.get("seconds_encode")})
 stage_a = pd.DataFrame(stage_a)
 write_csv(out / "stage_a.csv", stage_a)

@@ -169,3 +169,46 @@ def test_fold_encoders_tuned_side_by_side_equal_those_tuned_in_process(bare_path
     again = run_stage_a(variants, config, seed=17, cache_dir=tmp_path / "1", progress=False)
     assert again.train_pairs == one.train_pairs
 
+
+
+def test_a_relevance_only_frozen_stage_a_equals_the_full_one_without_encoding_pairs(bare_path: Path,
+                                                                                   tmp_path: Path) -> None:
+    """When only relevance aggregation reads the frozen Stage A (notebook 03's ladder on
+    HotpotQA and 2Wiki), a bare start skips the pair encodings: the same relevance logits and
+    u_top as the full frozen run, no pair encoded, empty representations; a transfer target is
+    encoded the same way."""
+    variants = C.build_size_matched([make_query(f"r{i}", 2, 3) for i in range(8)]).variants
+    variants = [replace(v, split=("train", "train", "test")[int(v.base_id[1:]) % 3]) for v in variants]
+    config = replace(StageAConfig(E.EncoderConfig(model=str(bare_path), max_length=48, bf16=False, batch_size=8)),
+                     frozen=True)
+    full = run_stage_a(variants, config, seed=17, cache_dir=tmp_path / "full", progress=False)
+    only = run_stage_a(variants, replace(config, relevance_only=True), seed=17, cache_dir=tmp_path / "only",
+                       progress=False)
+    assert full.stats.encoded > 0 and only.stats.requested == only.stats.encoded == 0
+    assert only.summary()["pair_encodings"] is False and full.summary()["pair_encodings"] is True
+    for v in variants:
+        a, b = full.encodings[v.variant_id], only.encodings[v.variant_id]
+        assert a.top_unit == b.top_unit and b.plain.shape == (len(v.units), 0)
+        np.testing.assert_allclose(b.plain_logit, a.plain_logit, rtol=1e-6)
+        np.testing.assert_allclose(b.bridge_logit, a.bridge_logit, rtol=1e-6)
+    targets = C.build_size_matched([make_query(f"t{i}", 2, 3) for i in range(3)]).variants
+    targets = [replace(v, split="test") for v in targets]
+    for a, b in zip(full.encode(targets), only.encode(targets), strict=True):
+        np.testing.assert_allclose(b.plain_logit, a.plain_logit, rtol=1e-6)
+        assert a.top_unit == b.top_unit and a.plain.shape[1] > 0 and b.plain.shape[1] == 0
+
+
+def test_a_start_with_a_head_still_encodes_pairs_for_its_frozen_relevance(cross_path: Path, tmp_path: Path) -> None:
+    variants = C.build_size_matched([make_query(f"h{i}", 2, 3) for i in range(4)]).variants
+    config = replace(StageAConfig(E.EncoderConfig(model=str(cross_path), max_length=48, bf16=False, batch_size=8,
+                                                  pooling="cls")), frozen=True, relevance_only=True)
+    result = run_stage_a(variants, config, seed=17, cache_dir=tmp_path, progress=False)
+    assert result.summary()["pair_encodings"] is True and result.stats.requested > 0
+
+
+def test_only_models_that_read_frozen_representations_ask_for_them() -> None:
+    from memsafe_lib.estimators.registry import LADDER, frozen_representations
+
+    assert not frozen_representations(LADDER)  # relevance_agg_frozen reads logits only
+    assert frozen_representations(["memsafe_frozen", "relevance_agg_frozen"])
+    assert not frozen_representations(["memsafe", "mean_pool"])

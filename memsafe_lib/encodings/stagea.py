@@ -45,6 +45,8 @@ from memsafe_lib.parallel import side_by_side
 from memsafe_lib.progress import elapsed, log, step
 from memsafe_lib.variants.construction import Variant, train_fold
 
+FINE_TUNED_RELEVANCE = "fine-tuned relevance head"
+
 
 @dataclass(frozen=True)
 class StageAConfig:
@@ -54,6 +56,11 @@ class StageAConfig:
     """Skip fine-tuning (the "frozen encoder" ablation): both folds use the pretrained encoder,
     and the relevance logits are the pretrained ranker's scores (a cross-encoder's own head,
     or bi-encoder cosine where the start has no trained head)."""
+    relevance_only: bool = False
+    """Frozen only: when the start has no trained head, compute the ranker's relevance scores
+    and skip the pair encodings (empty representations). Why: relevance aggregation reads
+    nothing else, and encoding every pair through the untrained cross-encoder for it cost
+    minutes per dataset; a start with a head must encode the pairs for its scores anyway."""
 
     @classmethod
     def for_budget(cls, budget: NeuralBudget, device: str = "cpu") -> StageAConfig:
@@ -74,16 +81,29 @@ class StageAResult:
     train_pairs: tuple[int, int]
     """Training pairs per fold encoder (after the budget cap)."""
     seconds: dict[str, float] = field(default_factory=dict)
-    relevance: str = "fine-tuned relevance head"
+    relevance: str = FINE_TUNED_RELEVANCE
     """What the per-unit relevance logits are (said in every summary, so a frozen bi-encoder
     start is never read as if it had a trained relevance head)."""
+    pair_encodings: bool = True
+    """False for a relevance-only frozen Stage A: ``plain`` and ``bridge`` are empty."""
+
+    def encode(self, variants: Sequence[Variant], progress: bool = True) -> list[VariantEncoding]:
+        """More memories (a transfer target), encoded as this Stage A encoded its own: the
+        folds' average, with the ranker's relevance scores where the run did so."""
+        if not self.pair_encodings:
+            return ranker_encodings(variants, self.bi, progress)
+        encoded = encode_with_folds(self.encoders, variants, self.bi, progress=progress)
+        if self.relevance != FINE_TUNED_RELEVANCE and not self.encoders[0].pretrained_head:
+            encoded = with_ranker_logits(encoded, variants, self.bi, progress)
+        return encoded
 
     def summary(self) -> dict[str, object]:
         s = self.stats
         return {"pairs_requested": s.requested, "pairs_unique": s.unique, "pairs_from_cache": s.from_cache,
                 "pairs_encoded": s.encoded, "dedupe_ratio": round(s.dedupe_ratio, 4),
                 "train_pairs_per_fold": list(self.train_pairs), "u_top_by": self.bi.description,
-                "relevance_logit": self.relevance, **{f"seconds_{k}": round(v, 1) for k, v in self.seconds.items()}}
+                "relevance_logit": self.relevance, "pair_encodings": self.pair_encodings,
+                **{f"seconds_{k}": round(v, 1) for k, v in self.seconds.items()}}
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,22 +192,48 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     stats = EncodeStats()
     start = time.perf_counter()
     pair = (encoders[0], encoders[1])
-    encoded = encode_with_folds(pair, variants, bi, cache, progress=progress, stats=stats)
-    relevance = "fine-tuned relevance head"
-    if config.frozen:
-        relevance = bi.description
-        if not encoders[0].pretrained_head:  # an untrained head's logit is no relevance score
+    dataset = variants[0].dataset if variants else ""
+    relevance_only = config.frozen and config.relevance_only and not encoders[0].pretrained_head
+    if relevance_only:
+        encoded = ranker_encodings(variants, bi, progress)
+        timings["encode"] = time.perf_counter() - start
+        log(f"Stage A {dataset} (seed {seed}): frozen relevance scores only (no pairs requested: "
+            f"{bi.description}), 0 encoded in {elapsed(timings['encode'])}")
+    else:
+        encoded = encode_with_folds(pair, variants, bi, cache, progress=progress, stats=stats)
+        if config.frozen and not encoders[0].pretrained_head:  # an untrained head's logit is no relevance score
             encoded = with_ranker_logits(encoded, variants, bi, progress)
-    timings["encode"] = time.perf_counter() - start
-    log(f"Stage A {variants[0].dataset if variants else ''} (seed {seed}): {stats.requested:,} pairs requested, "
-        f"{stats.unique:,} unique, {stats.from_cache:,} read from cache, {stats.encoded:,} encoded "
-        f"in {elapsed(timings['encode'])}")
+        timings["encode"] = time.perf_counter() - start
+        log(f"Stage A {dataset} (seed {seed}): {stats.requested:,} pairs requested, "
+            f"{stats.unique:,} unique, {stats.from_cache:,} read from cache, {stats.encoded:,} encoded "
+            f"in {elapsed(timings['encode'])}")
     cache.close()
+    relevance = bi.description if config.frozen else FINE_TUNED_RELEVANCE
     result = StageAResult({e.variant_id: e for e in encoded}, pair, bi, stats, (sizes[0], sizes[1]), timings,
-                          relevance)
+                          relevance, pair_encodings=not relevance_only)
     with atomic_open(cache_dir / f"stage_a-{seed}.json", "w") as fh:
         json.dump({"config": asdict(config), "seed": seed, **result.summary()}, fh, indent=2, default=str)
     return result
+
+
+def ranker_encodings(variants: Sequence[Variant], ranker: PretrainedRanker, progress: bool = False
+                     ) -> list[VariantEncoding]:
+    """Relevance-only encodings: the ranker's u_top and (q, u_i), (q || u_top, u_i) scores, no
+    representations. u_top is picked over the same groups as :func:`encode_with_folds` (each
+    training fold, then the rest), so it equals that path's choice."""
+    train = [v for v in variants if v.split == "train"]
+    groups = [[v for v in train if train_fold(v.base_id) == k] for k in (0, 1)]
+    groups.append([v for v in variants if v.split != "train"])
+    empty = np.zeros((0, 0), np.float32)
+    bare = {}
+    for group in groups:
+        if group:
+            _, _, tops = variant_pairs(group, ranker)
+            for v, top in zip(group, tops, strict=True):
+                k = len(v.units)
+                bare[v.variant_id] = VariantEncoding(v.variant_id, empty.reshape(k, 0), empty.reshape(k, 0),
+                                                     np.zeros(k, np.float32), np.zeros(k, np.float32), top)
+    return with_ranker_logits([bare[v.variant_id] for v in variants], variants, ranker, progress)
 
 
 def with_ranker_logits(encoded: Sequence[VariantEncoding], variants: Sequence[Variant], ranker: PretrainedRanker,

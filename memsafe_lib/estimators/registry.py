@@ -60,6 +60,8 @@ SET_MODELS: frozenset[str] = frozenset({"memsafe", "mean_pool", "memsafe_frozen"
 (:mod:`memsafe_lib.parallel`)."""
 FROZEN_MODELS: frozenset[str] = frozenset(n for n in NEURAL_MODELS if n.endswith("_frozen"))
 """Models that read the frozen Stage A: a context for them runs Stage A without fine-tuning."""
+RELEVANCE_ONLY_MODELS: frozenset[str] = frozenset({"relevance_agg", "relevance_agg_frozen"})
+"""Models that read only Stage A's relevance logits and u_top, never its representations."""
 
 MODEL_SEEDS: dict[str, tuple[int, ...]] = {"concat_ce": PAPER_SEEDS[:3]}
 """Models the paper runs on fewer seeds: the concatenated cross-encoder uses the first three."""
@@ -111,6 +113,12 @@ def stage_a_kinds(models: Sequence[str]) -> tuple[bool, bool]:
     """(needs the fine-tuned Stage A, needs the frozen one) for a list of models."""
     neural = [m for m in models if is_neural(m)]
     return any(m not in FROZEN_MODELS for m in neural), any(m in FROZEN_MODELS for m in neural)
+
+
+def frozen_representations(models: Sequence[str]) -> bool:
+    """Whether a model in ``models`` reads the frozen Stage A's representations (not only its
+    relevance logits): if none does, the frozen Stage A can skip the pair encodings."""
+    return any(m in FROZEN_MODELS and m not in RELEVANCE_ONLY_MODELS for m in models)
 
 
 def make_model(name: str, seed: int, context: NeuralContext | None = None) -> Estimator:

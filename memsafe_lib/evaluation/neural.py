@@ -42,8 +42,8 @@ def stage_a_dir(scale: ScaleConfig, dataset: str) -> Path:
 
 
 def stage_a_for(result: ConstructionResult, scale: ScaleConfig, encoder_seed: int, device: str = "cpu",
-                progress: bool = True, frozen: bool = False) -> StageAResult:
-    stage_a = replace(StageAConfig.for_budget(scale.neural, device), frozen=frozen)
+                progress: bool = True, frozen: bool = False, relevance_only: bool = False) -> StageAResult:
+    stage_a = replace(StageAConfig.for_budget(scale.neural, device), frozen=frozen, relevance_only=relevance_only)
     return run_stage_a(result.variants, stage_a, encoder_seed, stage_a_dir(scale, result.dataset), progress)
 
 
@@ -126,12 +126,16 @@ def _grid_point(shared: tuple[dict[str, VariantEncoding], dict[str, list[Variant
 
 
 def build_context(result: ConstructionResult, scale: ScaleConfig, seeds: Sequence[int], device: str = "cpu",
-                  progress: bool = True, *, finetuned: bool = True, frozen: bool = False) -> NeuralContext:
+                  progress: bool = True, *, finetuned: bool = True, frozen: bool = False,
+                  frozen_representations: bool = True) -> NeuralContext:
     """Stage A for every encoder seed the Stage B ``seeds`` use (fine-tuned, and without
-    fine-tuning when ``frozen``), and the selected Stage B point."""
+    fine-tuning when ``frozen``; relevance scores only when no frozen model reads the
+    representations, see :func:`memsafe_lib.estimators.registry.stage_a_kinds`), and the
+    selected Stage B point."""
     needed = sorted({encoder_seed_for(s, scale.neural.encoder_seeds) for s in seeds})
     stage_a = {s: stage_a_for(result, scale, s, device, progress) for s in needed} if finetuned else {}
-    frozen_a = {s: stage_a_for(result, scale, s, device, progress, frozen=True) for s in needed} if frozen else {}
+    frozen_a = {s: stage_a_for(result, scale, s, device, progress, frozen=True,
+                               relevance_only=not frozen_representations) for s in needed} if frozen else {}
     return NeuralContext(result.dataset, scale, stage_a, select_stage_b(scale, device, progress), device, frozen_a)
 
 

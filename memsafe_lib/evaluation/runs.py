@@ -26,7 +26,14 @@ from memsafe_lib.config import ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
-from memsafe_lib.estimators.registry import SET_MODELS, is_neural, make_model, seeds_for, stage_a_kinds
+from memsafe_lib.estimators.registry import (
+    SET_MODELS,
+    frozen_representations,
+    is_neural,
+    make_model,
+    seeds_for,
+    stage_a_kinds,
+)
 from memsafe_lib.evaluation.neural import build_context, context_summary
 from memsafe_lib.io import atomic_open, sha256_bytes, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, data_fingerprint, record_run
@@ -318,7 +325,8 @@ def _prepare(request: EvaluationRequest, seeds: Sequence[int], scale: ScaleConfi
     finetuned, frozen = stage_a_kinds(request.models)
     if finetuned or frozen:
         context = build_context(result, scale, seeds, device=device or default_device(), progress=progress,
-                                finetuned=finetuned, frozen=frozen)
+                                finetuned=finetuned, frozen=frozen,
+                                frozen_representations=frozen_representations(request.models))
     return _PreparedRun(request, loaded, result, context,
                         scale.cache_dir(config.EVALUATE, request.dataset, result.construction))
 

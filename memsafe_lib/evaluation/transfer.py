@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from memsafe_lib import config
-from memsafe_lib.encodings.finetune import encode_with_folds
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.registry import SET_MODELS, make_model, seeds_for
@@ -38,14 +37,13 @@ def as_test(variants: Sequence[Variant]) -> list[Variant]:
 
 def add_target_encodings(context: NeuralContext, variants: Sequence[Variant], progress: bool = True) -> None:
     """Encode target memories with every encoder seed's fold encoders (their average) and add
-    them to the context's encodings, fine-tuned and frozen alike; pairs already encoded are
-    read from Stage A's cache."""
+    them to the context's encodings, fine-tuned and frozen alike, each as its Stage A encoded
+    its own memories (a frozen start without a head: the ranker's relevance scores)."""
     for table in (context.stage_a, context.frozen):
         for result in table.values():
             todo = [v for v in variants if v.variant_id not in result.encodings]
             if todo:
-                encoded = encode_with_folds(result.encoders, todo, result.bi, progress=progress)
-                result.encodings.update({e.variant_id: e for e in encoded})
+                result.encodings.update({e.variant_id: e for e in result.encode(todo, progress=progress)})
 
 
 @dataclass
