@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Cold timing of some notebooks: a fresh clone of this checkout's HEAD, empty caches, then each
+# notebook with `memsafe notebook NB --scale SCALE --record`, which writes its minutes to the
+# clone's artifacts/<scale>/run_times.csv and ledger. A whole cpu reproduction does not fit in
+# one of our working sessions, so it is timed in parts (README, "How long it takes"): run
+# 01-05 in one clone and 06-07 in another, on the same commit, with nothing else on the machine,
+# then copy each clone's changed artifacts/<scale>/ files (git -C CLONE status) into the checkout.
+#
+#   bench/cold_run.sh ../cold-a 01_construction_audit 02_training 03_ablations 04_transfer 05_selective
+#   WARM_GRID=1 bench/cold_run.sh ../cold-b 06_reader_gating 07_clinical
+#
+# WARM_GRID=1: before the timed notebooks, compute (untimed) MuSiQue's Stage A for the Stage B
+# grid check, which a one-piece `make reproduce` has from notebook 02's cache; a part that
+# starts after 02 would otherwise pay for it inside 07. The clone's log says when it ran.
+# Environment: SCALE (default cpu), MEMSAFE_DATA_DIR (default: ../shared/data beside the clone).
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+clone="${1:?usage: bench/cold_run.sh CLONE_DIR NOTEBOOK...}"
+shift
+[ "$#" -gt 0 ] || { echo "bench/cold_run.sh: name at least one notebook" >&2; exit 2; }
+[ -e "$clone" ] && { echo "bench/cold_run.sh: $clone exists; a cold run needs a new clone" >&2; exit 2; }
+scale="${SCALE:-cpu}"
+git clone -q "$repo" "$clone"
+cd "$clone"
+export MEMSAFE_DATA_DIR="${MEMSAFE_DATA_DIR:-$(cd .. && pwd)/shared/data}"
+echo "cold run of $* at $scale on $(git rev-parse --short HEAD), data $MEMSAFE_DATA_DIR"
+make install readers
+if [ "${WARM_GRID:-0}" = 1 ]; then
+    date -u +"untimed warm-up of the Stage B grid check's Stage A: %FT%TZ"
+    MEMSAFE_RECORD=1 .venv/bin/python -c "
+from memsafe_lib import config
+from memsafe_lib.evaluation.neural import select_stage_b
+from memsafe_lib.threads import configure_threads
+configure_threads()
+print(select_stage_b(config.scale_config('$scale')))"
+fi
+for notebook in "$@"; do
+    date -u +"$notebook start %FT%TZ"
+    .venv/bin/memsafe notebook "$notebook" --scale "$scale" --record
+done
+date -u +"end %FT%TZ"
+tail -n "$#" "artifacts/$scale/run_times.csv"
