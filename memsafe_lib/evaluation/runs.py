@@ -309,6 +309,7 @@ class _PreparedRun:
     request: EvaluationRequest
     loaded: Any
     result: ConstructionResult
+    splits: dict[str, list[Variant]]
     context: NeuralContext | None
     cache: Path
 
@@ -320,14 +321,14 @@ def _prepare(request: EvaluationRequest, seeds: Sequence[int], scale: ScaleConfi
     if request.supervision == "silver":
         result = with_silver_training(result)
     result = training_subset(result, request.train_fraction)
-    checked_splits(result)
+    splits = checked_splits(result)
     context = None
     finetuned, frozen = stage_a_kinds(request.models)
     if finetuned or frozen:
         context = build_context(result, scale, seeds, device=device or default_device(), progress=progress,
                                 finetuned=finetuned, frozen=frozen,
                                 frozen_representations=frozen_representations(request.models))
-    return _PreparedRun(request, loaded, result, context,
+    return _PreparedRun(request, loaded, result, splits, context,
                         scale.cache_dir(config.EVALUATE, request.dataset, result.construction))
 
 
@@ -370,7 +371,7 @@ def run_evaluations(requests: Sequence[EvaluationRequest], seeds: Sequence[int],
     pending = []
     for run in runs:
         jobs = [(m, s) for m in run.request.models for s in seeds_for(m, seeds)]
-        pending.append(pending_fits(run.result, jobs, checked_splits(run.result), run.cache, run.context))
+        pending.append(pending_fits(run.result, jobs, run.splits, run.cache, run.context))
     prefitted = fit_batches(pending)
     return [_finish(run, seeds, scale, progress, fits) for run, fits in zip(runs, prefitted, strict=True)]
 
