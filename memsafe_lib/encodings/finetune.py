@@ -36,6 +36,7 @@ from memsafe_lib.encodings.encoders import (
     variant_pairs,
 )
 from memsafe_lib.io import atomic_open
+from memsafe_lib.precision import use_bf16
 from memsafe_lib.threads import torch_threads_held
 from memsafe_lib.variants.construction import train_fold
 
@@ -135,6 +136,7 @@ def run_key(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, conf
     tuned weights depend on it (an encoder tuned before the pin is not reused)."""
     h = hashlib.sha256(model.fingerprint().encode())
     settings = _key_settings(config)
+    settings["bf16"] = use_bf16(config.bf16, model.config.device)
     if torch.device(model.config.device).type == "cpu":
         settings["torch_threads"] = FINETUNE_THREADS
     h.update(json.dumps(settings, sort_keys=True).encode())
@@ -186,7 +188,7 @@ def _tune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config
                      leave=False):
         idx = batches[step]
         batch = model.tokenize([pairs[i] for i in idx])
-        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=config.bf16):
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=use_bf16(config.bf16, device)):
             _, logit = model(batch)
         loss = loss_fn(logit.float(), y_all[idx].to(logit.device))
         optimizer.zero_grad(set_to_none=True)

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from memsafe_lib import config
 from memsafe_lib.io import SQLiteStore, atomic_open
+from memsafe_lib.precision import use_bf16
 
 Messages = Sequence[dict[str, str]]
 
@@ -236,13 +237,13 @@ class TransformersLM:
 
         try:
             self._tok = AutoTokenizer.from_pretrained(self.path)
-            dtype = torch.bfloat16 if self.bf16 else torch.float32
+            dtype = torch.bfloat16 if use_bf16(self.bf16, self.device) else torch.float32
             self._lm = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
         except OSError as exc:
             raise ModelUnavailableError(f"cannot load {self.path!r} offline: download it (huggingface-cli download "
                                         f"{self.path}) or pass a local directory or a packaged GGUF name") from exc
         self.name = self.name or self.path
-        self.fingerprint = f"transformers|{self.path}|{self.bf16}|{self.n_ctx}"
+        self.fingerprint = f"transformers|{self.path}|{dtype == torch.bfloat16}|{self.n_ctx}"
 
     def _ids(self, messages: Messages) -> Any:
         text = self._tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)

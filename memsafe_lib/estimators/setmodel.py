@@ -26,6 +26,7 @@ from torch import nn
 
 from memsafe_lib.config import STAGE_B_THREADS, NeuralBudget
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
+from memsafe_lib.precision import use_bf16
 from memsafe_lib.threads import torch_threads_held
 from memsafe_lib.variants.construction import STATES, present_states
 
@@ -173,8 +174,10 @@ def loss_fn(out: dict[str, torch.Tensor], batch: SetBatch, localization: bool = 
 
 
 def _autocast(config: SetModelConfig, device: torch.device | str) -> torch.autocast:
-    """bf16 autocast when the config asks for it (a no-op context otherwise)."""
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=config.bf16)
+    """bf16 autocast when the config asks for it and the device computes bf16 fast (a no-op
+    context otherwise)."""
+    kind = torch.device(device).type
+    return torch.autocast(device_type=kind, dtype=torch.bfloat16, enabled=use_bf16(config.bf16, kind))
 
 
 @dataclass

@@ -37,6 +37,7 @@ from memsafe_lib.estimators.registry import (
 from memsafe_lib.evaluation.neural import build_context, context_summary
 from memsafe_lib.io import atomic_open, sha256_bytes, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, data_fingerprint, record_run
+from memsafe_lib.precision import signature
 from memsafe_lib.measures.metrics import (
     error_taxonomy,
     evidence_auprc,
@@ -103,7 +104,10 @@ def _cache_key(dataset: str, construction: str, model: str, seed: int, result: C
     # share a cached fit with the gold, full-data one
     variants = sha256_bytes("\n".join(v.variant_id + v.split + "".join("1" if u.is_evidence else "0" for u in v.units)
                                       for v in result.variants).encode())
-    return sha256_bytes(f"{code_fingerprint()}|{dataset}|{construction}|{model}|{seed}|{variants}".encode())[:20]
+    # and the precision neural models compute in here (bf16 or its fp32 fallback)
+    precision = signature(default_device())
+    return sha256_bytes(f"{code_fingerprint()}|{precision}|{dataset}|{construction}|{model}|{seed}|{variants}"
+                        .encode())[:20]
 
 
 def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cache_dir: Path | None,
