@@ -46,7 +46,8 @@ def main() -> None:
     chosen = precision.use_bf16(True, "cpu")
     unit = ("The committee met in the old town hall on a rainy Tuesday and agreed, after a long debate "
             "about the budget, to rebuild the bridge over the river before the winter floods.")
-    pairs = [Pair(f"question {i}: when was the bridge rebuilt and by whom?", f"{unit} ({i})") for i in range(args.pairs)]
+    question = "when was the bridge rebuilt and by whom?"
+    pairs = [Pair(f"question {i}: {question}", f"{unit} ({i})") for i in range(args.pairs)]
     fp32_gflops, bf16_gflops = matmul_gflops(torch.float32, "cpu"), matmul_gflops(torch.bfloat16, "cpu")
     fp32_pairs, bf16_pairs = encoder_pairs_per_s(pairs, False), encoder_pairs_per_s(pairs, True)
     os.environ[precision.BF16_ENV] = auto

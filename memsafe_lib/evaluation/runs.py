@@ -37,7 +37,6 @@ from memsafe_lib.estimators.registry import (
 from memsafe_lib.evaluation.neural import build_context, context_summary
 from memsafe_lib.io import atomic_open, sha256_bytes, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, data_fingerprint, record_run
-from memsafe_lib.precision import signature
 from memsafe_lib.measures.metrics import (
     error_taxonomy,
     evidence_auprc,
@@ -48,6 +47,7 @@ from memsafe_lib.measures.metrics import (
 )
 from memsafe_lib.measures.risk_coverage import selective_report
 from memsafe_lib.parallel import side_by_side
+from memsafe_lib.precision import signature
 from memsafe_lib.progress import elapsed, log, step
 from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split, present_states, states_of
 from memsafe_lib.variants.store import build
