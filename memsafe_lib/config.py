@@ -290,16 +290,18 @@ SCALES: dict[str, ScaleConfig] = {
         # smoke run, and on a CPU without bf16 units (fp32, memsafe_lib.precision) it is several
         # times slower: there 150 questions at 128 tokens ran `make test` far past its 45-minute
         # budget, and 80 questions at 64 tokens with 192 fine-tuning pairs still took about 60
-        # minutes (artifacts/cpu/bench/commands.csv). Hence 60 questions, 64-token pairs, 64 pairs
-        # per fold encoder, 4 Stage B epochs, one judged question, 90 clinical questions with two
-        # curve points, one learning-curve point in notebook 03 (see LEARNING_CURVE_03), and one
-        # read question in notebook 06 (its parameters cell).
+        # minutes (artifacts/cpu/bench/command_history.csv). Hence 60 questions, 32-token pairs
+        # (encoding is linear in tokens; fixed costs such as worker start-up are not, which is
+        # why fewer pairs and epochs alone gained little), 64 pairs per fold encoder, 4 Stage B
+        # epochs, 24 training memories for the concatenated cross-encoder, one judged question,
+        # 90 clinical questions with two curve points, one learning-curve point in notebook 03
+        # (see LEARNING_CURVE_03), and one read question in notebook 06 (its parameters cell).
         max_base_queries=60,
         seeds=PAPER_SEEDS[:1],
         description="CI: every notebook on small real subsets, minutes on 2 CPU cores.",
-        neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=64,
+        neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=32,
                             finetune_max_pairs=64, stage_b_epochs=4, stage_b_bf16=True,
-                            full_grid=False, concat_max_train=48, concat_max_length=128,
+                            full_grid=False, concat_max_train=24, concat_max_length=128,
                             judge_max_base_queries=1),
         clinical=ClinicalBudget(question_cap=90, curve_caps=(30, 60)),
     ),

@@ -102,3 +102,21 @@ def test_a_pooled_batch_of_several_runs_with_lexset_counts_as_stage_b_fits(tmp_p
              "done in 13.0 min"]
     steps = T.outermost(T.parse_steps(T.progress_lines(_notebook(tmp_path / "nb.ipynb", lines))))
     assert [(s.kind, s.seconds) for s in steps] == [("stage_b_fits", 780.0)]
+
+
+def _command_entry(when: str, command: str, minutes: float, rc: int, cpu: str | None) -> dict:
+    environment = {"cpu": cpu} if cpu is not None else {}
+    return {"kind": "bench:command", "environment": environment, "fingerprint": {"code": "abcdef0123456789ff"},
+            "metrics": {"last": {"finished_utc": when, "command": command, "minutes": minutes, "exit_code": rc}}}
+
+
+def test_command_history_keeps_every_timing_of_a_command_oldest_first() -> None:
+    entries = [_command_entry("2026-11-25T18:02:13+00:00", "make test", 48.3, 0, "AMD EPYC"),
+               {"kind": "notebook:02_training", "metrics": {}},
+               _command_entry("2026-11-24T02:22:00+00:00", "make test", 11.9, 0, None),
+               _command_entry("2026-11-25T15:37:14+00:00", "make test", 59.8, 2, "AMD EPYC")]
+    table = T.command_history(entries)
+    assert table.minutes.tolist() == [11.9, 59.8, 48.3]  # both runs of the same label kept, by time
+    assert table.finished_utc.tolist() == ["2026-11-24 02:22", "2026-11-25 15:37", "2026-11-25 18:02"]
+    assert table.cpu.tolist() == ["", "AMD EPYC", "AMD EPYC"] and set(table.code) == {"abcdef012345"}
+    assert T.command_history([]).columns.tolist() == T.COMMAND_HISTORY_COLUMNS
