@@ -27,6 +27,15 @@ from memsafe_lib import config
 from memsafe_lib.io import replace_row
 
 
+def checkout_commit(cwd: Path) -> str:
+    """The timed checkout's git commit (12 hex, ``-dirty`` with uncommitted tracked edits). The
+    ledger's code fingerprint is of the checkout that records the row, which may differ."""
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=cwd, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short=12", "HEAD")
+    return f"{head}-dirty" if head and git("status", "--porcelain", "--untracked-files=no") else head
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", required=True, help="row name, e.g. 'make test (fresh clone)'")
@@ -41,6 +50,7 @@ def main() -> None:
     slug = re.sub(r"[^a-z0-9]+", "-", args.label.lower()).strip("-")
     log = config.artifacts_dir() / config.SCRATCH / "bench" / f"command-{slug}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    commit = checkout_commit(Path(args.cwd))  # before the run: what was timed, not what records it
     start = time.monotonic()
     # The command starts as from a fresh shell: this script's own --record and artifacts
     # location must not leak into it (MEMSAFE_DATA_DIR and MEMSAFE_THREADS do pass).
@@ -49,7 +59,7 @@ def main() -> None:
         rc = subprocess.run(command, cwd=args.cwd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
     seconds = time.monotonic() - start
     row = {"command": args.label, "argv": " ".join(command), "exit_code": rc, "minutes": round(seconds / 60, 1),
-           "cores": os.cpu_count() or 1, "note": args.note,
+           "cores": os.cpu_count() or 1, "note": args.note, "commit": commit,
            "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     scale = config.scale_config(args.scale)
     table = replace_row(scale.output_dir(config.BENCH) / "commands.csv", row, key="command")

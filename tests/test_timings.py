@@ -119,4 +119,5 @@ def test_command_history_keeps_every_timing_of_a_command_oldest_first() -> None:
     assert table.minutes.tolist() == [11.9, 59.8, 48.3]  # both runs of the same label kept, by time
     assert table.finished_utc.tolist() == ["2026-11-24 02:22", "2026-11-25 15:37", "2026-11-25 18:02"]
     assert table.cpu.tolist() == ["", "AMD EPYC", "AMD EPYC"] and set(table.code) == {"abcdef012345"}
+    assert table.commit.tolist() == ["", "", ""]  # rows recorded before the timed commit was
     assert T.command_history([]).columns.tolist() == T.COMMAND_HISTORY_COLUMNS

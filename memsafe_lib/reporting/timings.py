@@ -125,15 +125,18 @@ def time_table(run_dir: Path) -> pd.DataFrame:
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
 
-COMMAND_HISTORY_COLUMNS = ["finished_utc", "command", "minutes", "exit_code", "cpu", "code"]
+COMMAND_HISTORY_COLUMNS = ["finished_utc", "command", "minutes", "exit_code", "cpu", "commit", "code"]
 
 
 def command_history(entries: Iterable[dict]) -> pd.DataFrame:
     """Every whole-command timing in a ledger (``bench:command`` entries), oldest first.
 
     ``commands.csv`` keeps only the latest row per command; the ledger keeps every run, so
-    this table shows how a command's time moved with the code (``code``: the first 12 hex of
-    the code fingerprint) and the machine (``cpu``: empty where the ledger predates it)."""
+    this table shows how a command's time moved with the code and the machine (``cpu``: empty
+    where the ledger predates it). ``commit``: the timed checkout's git commit (empty before
+    ``bench/time_command.py`` recorded it); ``code``: the first 12 hex of the code fingerprint
+    of the checkout that *recorded* the row, which is not the timed one when that was a clone
+    of other code."""
     rows = []
     for entry in entries:
         if entry.get("kind") != "bench:command":
@@ -141,7 +144,7 @@ def command_history(entries: Iterable[dict]) -> pd.DataFrame:
         last = entry["metrics"]["last"]
         rows.append({"finished_utc": last["finished_utc"][:16].replace("T", " "), "command": last["command"],
                      "minutes": float(last["minutes"]), "exit_code": int(last["exit_code"]),
-                     "cpu": entry.get("environment", {}).get("cpu") or "",
+                     "cpu": entry.get("environment", {}).get("cpu") or "", "commit": last.get("commit", ""),
                      "code": entry["fingerprint"]["code"][:12]})
     return pd.DataFrame(rows, columns=COMMAND_HISTORY_COLUMNS).sort_values("finished_utc", kind="stable",
                                                                           ignore_index=True)
