@@ -4,7 +4,8 @@
 # clone's artifacts/<scale>/run_times.csv and ledger. A whole cpu reproduction does not fit in
 # one of our working sessions, so it is timed in parts (README, "How long it takes"): run
 # 01-05 in one clone and 06-07 in another, on the same commit, with nothing else on the machine,
-# then copy each clone's changed artifacts/<scale>/ files (git -C CLONE status) into the checkout.
+# then bring each clone's results into the checkout with bench/adopt_cold_run.py CLONE (it copies
+# the changed artifacts/<scale>/ files, merges ledger and run_times.csv, and refuses other code).
 #
 #   bench/cold_run.sh ../cold-a 01_construction_audit 02_training 03_ablations 04_transfer 05_selective
 #   WARM_GRID=1 bench/cold_run.sh ../cold-b 06_reader_gating 07_clinical
