@@ -14,7 +14,6 @@ length). Results go to artifacts/<scale>/bench/encoder_<dtype>_<device>.json and
 from __future__ import annotations
 
 import argparse
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from memsafe_lib.encodings.encoders import (
     encode_pairs,
     variant_pairs,
 )
+from memsafe_lib.ledger import environment
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.store import build
 
@@ -103,7 +103,7 @@ def main() -> None:
     report = {
         "dataset": args.dataset, "variants": len(variants), "base_queries": len(ids),
         "device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(), "bf16": config.bf16, "batch_size": config.batch_size,
+        "cpu": environment()["cpu"], "bf16": config.bf16, "batch_size": config.batch_size,
         "pairs_requested": len(pairs), "pairs_unique": cached.unique, "pairs_encoded_cached": cached.encoded,
         "pairs_encoded_naive": naive.encoded, "encode_ratio_naive_over_cached": naive.encoded / max(cached.encoded, 1),
         "cached_seconds": cached.seconds, "naive_seconds": naive.seconds,

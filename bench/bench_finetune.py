@@ -11,9 +11,10 @@ import time
 import torch
 from report import save_report  # bench/report.py (scripts run from bench/)
 
-from memsafe_lib.config import scale_config
+from memsafe_lib.config import FINETUNE_THREADS, scale_config
 from memsafe_lib.encodings.encoders import BiEncoder, CrossEncoder, EncoderConfig
 from memsafe_lib.encodings.finetune import FinetuneConfig, finetune, training_pairs
+from memsafe_lib.ledger import environment
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import by_split
 from memsafe_lib.variants.store import build
@@ -41,7 +42,9 @@ def main() -> None:
     losses = finetune(model, pairs, labels, FinetuneConfig(batch_size=args.batch_size, bf16=not args.fp32))
     seconds = time.perf_counter() - start
     report = {"dataset": args.dataset, "device": args.device, "bf16": not args.fp32, "batch_size": args.batch_size,
-              "threads": torch.get_num_threads(), "pairs_trained": len(pairs), "seconds": seconds,
+              "threads": torch.get_num_threads(), "finetune_threads": FINETUNE_THREADS, "cpu": environment()["cpu"],
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "pairs_trained": len(pairs),
+              "seconds": seconds,
               "train_pairs_per_s": len(pairs) / seconds, "unique_training_pairs_cpu_scale": len(all_pairs),
               "estimated_minutes_one_epoch_all_pairs": len(all_pairs) / (len(pairs) / seconds) / 60,
               "first_loss": losses[0], "last_loss": losses[-1]}

@@ -121,3 +121,15 @@ def test_command_history_keeps_every_timing_of_a_command_oldest_first() -> None:
     assert table.cpu.tolist() == ["", "AMD EPYC", "AMD EPYC"] and set(table.code) == {"abcdef012345"}
     assert table.commit.tolist() == ["", "", ""]  # rows recorded before the timed commit was
     assert T.command_history([]).columns.tolist() == T.COMMAND_HISTORY_COLUMNS
+
+
+def test_encode_by_cpu_scales_the_reference_minutes_by_the_throughput_ratio() -> None:
+    fast = {"cpu": "X", "bf16": True, "dataset": "musique", "pairs_unique": 10, "pairs_per_s": 100.0,
+            "useful_tokens_per_s": 2000.0, "matmul_gflops": 1500.0}
+    slow = {**fast, "cpu": "Y", "bf16": False, "pairs_per_s": 25.0}
+    table = T.encode_by_cpu(fast, [slow], reference_encode_minutes=12.0)
+    assert table.cpu.tolist() == ["X", "Y"]
+    assert table.slowdown.tolist() == [1.0, 4.0]  # 100 / 25
+    assert table.encode_minutes.tolist() == [12.0, 48.0]
+    with pytest.raises(ValueError, match="encode different pairs"):
+        T.encode_by_cpu(fast, [{**slow, "pairs_unique": 11}], reference_encode_minutes=12.0)

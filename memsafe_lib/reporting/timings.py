@@ -148,3 +148,27 @@ def command_history(entries: Iterable[dict]) -> pd.DataFrame:
                      "code": entry["fingerprint"]["code"][:12]})
     return pd.DataFrame(rows, columns=COMMAND_HISTORY_COLUMNS).sort_values("finished_utc", kind="stable",
                                                                           ignore_index=True)
+
+
+ENCODE_BY_CPU_COLUMNS = ("cpu", "bf16", "pairs_per_s", "useful_tokens_per_s", "matmul_gflops", "slowdown",
+                         "encode_minutes")
+
+
+def encode_by_cpu(reference: dict, others: Iterable[dict], reference_encode_minutes: float) -> pd.DataFrame:
+    """Stage A encoding throughput per CPU (``bench/bench_encoder.py`` reports on the same
+    pairs) and what the cpu run's encoding would take on each: ``reference`` is the machine
+    that made the committed run, whose encoding took ``reference_encode_minutes``;
+    ``slowdown`` = its pairs/s over the row's. Encoding is the one heavy step whose time
+    scales with throughput alone (a fixed set of pairs, no early stop), so the scaled minutes
+    are an estimate of that step only, not of a whole run."""
+    rows = []
+    for report in (reference, *others):
+        if report["pairs_unique"] != reference["pairs_unique"] or report["dataset"] != reference["dataset"]:
+            raise ValueError(f"encoder reports on {report['cpu']} and {reference['cpu']} encode different pairs "
+                             f"({report['dataset']}: {report['pairs_unique']} vs {reference['pairs_unique']}); "
+                             "rerun bench/bench_encoder.py with the same --dataset and --base-queries")
+        slowdown = reference["pairs_per_s"] / report["pairs_per_s"]
+        rows.append({"cpu": report["cpu"], "bf16": bool(report["bf16"]), "pairs_per_s": report["pairs_per_s"],
+                     "useful_tokens_per_s": report["useful_tokens_per_s"], "matmul_gflops": report["matmul_gflops"],
+                     "slowdown": slowdown, "encode_minutes": reference_encode_minutes * slowdown})
+    return pd.DataFrame(rows, columns=ENCODE_BY_CPU_COLUMNS)
