@@ -256,7 +256,9 @@ def _train_set_model(units: Sequence[np.ndarray], provenance: np.ndarray, target
                      device: str, states: tuple[str, ...]) -> tuple[SetModel, TrainLog]:
     torch.manual_seed(seed)
     model = SetModel(units[0].shape[1], provenance.shape[1], config, states).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    # foreach: one call per step for all parameters instead of a Python loop over them (torch's
+    # CPU default); the same arithmetic, and the same fit bit for bit on the sets we checked
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, foreach=True)
     rng = np.random.default_rng(seed)
     n = len(units)
     log = TrainLog()
