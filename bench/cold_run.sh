@@ -7,12 +7,15 @@
 # then bring each clone's results into the checkout with bench/adopt_cold_run.py CLONE (it copies
 # the changed artifacts/<scale>/ files, merges ledger and run_times.csv, and refuses other code).
 #
-#   bench/cold_run.sh ../cold-a 01_construction_audit 02_training 03_ablations 04_transfer 05_selective
-#   WARM_GRID=1 bench/cold_run.sh ../cold-b 06_reader_gating 07_clinical
+#   ADOPT=1 bench/cold_run.sh ../cold-a 01_construction_audit 02_training 03_ablations 04_transfer 05_selective
+#   ADOPT=1 WARM_GRID=1 bench/cold_run.sh ../cold-b 06_reader_gating 07_clinical
 #
 # WARM_GRID=1: before the timed notebooks, compute (untimed) MuSiQue's Stage A for the Stage B
 # grid check, which a one-piece `make reproduce` has from notebook 02's cache; a part that
 # starts after 02 would otherwise pay for it inside 07. The clone's log says when it ran.
+# ADOPT=1: afterwards, bring the clone's results into this checkout (bench/adopt_cold_run.py,
+# which refuses if this checkout's code changed meanwhile), regenerate the step table and the
+# report, and verify; nothing of it is timed.
 # Environment: SCALE (default cpu), MEMSAFE_DATA_DIR (default: ../shared/data beside the clone).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,6 +25,7 @@ shift
 [ -e "$clone" ] && { echo "bench/cold_run.sh: $clone exists; a cold run needs a new clone" >&2; exit 2; }
 scale="${SCALE:-cpu}"
 git clone -q "$repo" "$clone"
+clone="$(cd "$clone" && pwd)"
 cd "$clone"
 export MEMSAFE_DATA_DIR="${MEMSAFE_DATA_DIR:-$(cd .. && pwd)/shared/data}"
 echo "cold run of $* at $scale on $(git rev-parse --short HEAD), data $MEMSAFE_DATA_DIR"
@@ -41,3 +45,10 @@ for notebook in "$@"; do
 done
 date -u +"end %FT%TZ"
 tail -n "$#" "artifacts/$scale/run_times.csv"
+if [ "${ADOPT:-0}" = 1 ]; then
+    cd "$repo"
+    .venv/bin/python bench/adopt_cold_run.py "$clone" --scale "$scale"
+    (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python notebook_steps.py --scale "$scale")
+    .venv/bin/memsafe report --record
+    .venv/bin/memsafe verify --scale "$scale"
+fi
