@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -19,15 +20,17 @@ import pandas as pd
 
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig, encoder_seed_for
-from memsafe_lib.encodings.encoders import VariantEncoding
+from memsafe_lib.encodings.encoders import CrossEncoder, VariantEncoding
 from memsafe_lib.encodings.stagea import StageAConfig, StageAResult, run_stage_a
 from memsafe_lib.estimators.context import NeuralContext, model_cache_dir
 from memsafe_lib.estimators.memsafe import MemSafe
+from memsafe_lib.estimators.registry import FROZEN_MODELS, RELEVANCE_ONLY_MODELS
 from memsafe_lib.estimators.selection import best_index, validation_scores
 from memsafe_lib.estimators.setmodel import GRID, SetModelConfig
 from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes
 from memsafe_lib.ledger import code_fingerprint, module_fingerprint, record_run
 from memsafe_lib.parallel import side_by_side
+from memsafe_lib.precision import signature
 from memsafe_lib.progress import log, step
 from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split
 from memsafe_lib.variants.store import build
@@ -145,3 +148,76 @@ def context_summary(context: NeuralContext) -> dict[str, Any]:
     if context.frozen:
         summary["stage_a_frozen"] = {str(s): r.summary() for s, r in context.frozen.items()}
     return summary
+
+
+# ---------------------------------------------------------------- what a cached fit read
+
+STAGE_A_BUDGET: tuple[str, ...] = ("encoder", "encoder_pooling", "max_length", "finetune_max_pairs", "finetune_lr")
+"""Budget fields that make a Stage A: in the key of every model that reads its encodings (with
+the encoder seed read and the fold encoders' weights, :func:`stage_a_fingerprint`)."""
+STAGE_B_BUDGET: tuple[str, ...] = ("stage_b_epochs", "stage_b_bf16", "stage_b_patience", "full_grid")
+"""Budget fields of the set models (with the selected grid point, :meth:`NeuralContext.set_config`)."""
+CONCAT_BUDGET: tuple[str, ...] = ("encoder", "concat_max_train", "concat_max_length")
+"""What the concatenated cross-encoder reads of the budget; it tunes its own encoder from
+``encoder`` and never reads Stage A."""
+OWN_ENCODER_MODELS: frozenset[str] = frozenset({"concat_ce"})
+
+_ENCODER_FINGERPRINTS: weakref.WeakKeyDictionary[CrossEncoder, str] = weakref.WeakKeyDictionary()
+"""Per fold encoder object, its weights fingerprint (0.1 s for MiniLM, asked for by every
+(model, seed) key of a run). A memo only: the value hashes the weights, never the object."""
+
+
+def _encoder_fingerprint(encoder: CrossEncoder) -> str:
+    if encoder not in _ENCODER_FINGERPRINTS:
+        _ENCODER_FINGERPRINTS[encoder] = encoder.fingerprint()
+    return _ENCODER_FINGERPRINTS[encoder]
+
+
+def _encodings_fingerprint(encodings: Mapping[str, VariantEncoding]) -> str:
+    h = hashlib.sha256()
+    for variant_id in sorted(encodings):
+        e = encodings[variant_id]
+        h.update(f"{variant_id}\x1f{e.top_unit}\n".encode())
+        for array in (e.plain, e.bridge, e.plain_logit, e.bridge_logit):
+            h.update(str(np.shape(array)).encode())
+            h.update(np.ascontiguousarray(array, dtype=np.float32).tobytes())
+    return h.hexdigest()
+
+
+def stage_a_fingerprint(result: StageAResult) -> str:
+    """What the models reading a Stage A depend on besides the memories: both fold encoders'
+    fingerprints (their tuned weights, max length, pooling and precision: the key of Stage A's
+    own encoding cache; the weights follow from the start, the fine-tuning settings and
+    pairs, and the seed), how relevance was scored, and whether pairs were encoded. A Stage A
+    without its fold encoders (a worker's copy, or one built by hand) is keyed by its
+    encodings themselves, which is exact but reads every array."""
+    if not result.encoders:
+        return "encodings:" + _encodings_fingerprint(result.encodings)
+    parts = [_encoder_fingerprint(e) for e in result.encoders]
+    parts += [result.relevance, str(result.pair_encodings), getattr(result.bi, "description", "")]
+    return "encoders:" + sha256_bytes("\x1f".join(parts).encode())
+
+
+def fit_inputs(context: NeuralContext, model: str, seed: int) -> dict[str, Any]:
+    """Everything a neural ``model`` fitted with ``seed`` reads from ``context``, for the keys
+    of cached fits (``evaluate``'s and transfer's): the Stage A it reads (fine-tuned, or frozen
+    for the ``*_frozen`` models) with its budget and encoder seed, and for set models the
+    Stage B configuration (the scale's budget with the selected grid point); the concatenated
+    cross-encoder instead reads its start (by name: its own fine-tuning cache is keyed by the
+    start's weights) and its budget. The precision neural models compute in is part of it.
+    Only what a model reads, so a changed Stage B budget keeps relevance aggregation's fits.
+    Plain JSON values only, so the key is the same in every process."""
+    budget = context.budget
+    inputs: dict[str, Any] = {"precision": signature(context.device)}
+    if model in OWN_ENCODER_MODELS:
+        inputs["concat"] = {name: getattr(budget, name) for name in CONCAT_BUDGET}
+        return inputs
+    frozen = model in FROZEN_MODELS
+    encoder_seed = encoder_seed_for(seed, budget.encoder_seeds)
+    table = context.frozen if frozen else context.stage_a
+    inputs["stage_a"] = {"frozen": frozen, "encoder_seed": encoder_seed,
+                         **{name: getattr(budget, name) for name in STAGE_A_BUDGET},
+                         "fingerprint": stage_a_fingerprint(table[encoder_seed]) if encoder_seed in table else None}
+    if model not in RELEVANCE_ONLY_MODELS:  # every other Stage A reader trains a set model
+        inputs["stage_b"] = {**asdict(context.set_config()), **{name: getattr(budget, name) for name in STAGE_B_BUDGET}}
+    return inputs

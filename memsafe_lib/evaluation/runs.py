@@ -1,8 +1,9 @@
 """Fit models on a construction and score them: one metrics row per (model, seed, split).
 
 Each (model, seed) result is cached on disk under a key made of the code, data and
-settings fingerprints, so an interrupted ``memsafe evaluate`` resumes where it stopped
-and a changed input never reuses a stale result. Deterministic models are fitted once and
+settings fingerprints (for neural models, the Stage A encoder and the budget they read), so
+an interrupted ``memsafe evaluate`` resumes where it stopped and a changed input never
+reuses a stale result. Deterministic models are fitted once and
 their result is reported under every seed (labelled ``deterministic``); those that read Stage A
 encodings are fitted once per encoder seed (:func:`shared_fit`).
 """
@@ -34,8 +35,8 @@ from memsafe_lib.estimators.registry import (
     seeds_for,
     stage_a_kinds,
 )
-from memsafe_lib.evaluation.neural import build_context, context_summary
-from memsafe_lib.io import atomic_open, sha256_bytes, write_csv, write_json
+from memsafe_lib.evaluation.neural import build_context, context_summary, fit_inputs
+from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, data_fingerprint, record_run
 from memsafe_lib.measures.metrics import (
     error_taxonomy,
@@ -99,15 +100,22 @@ def shared_fit(model: str, seed: int, context: NeuralContext | None) -> int | No
     return None
 
 
-def _cache_key(dataset: str, construction: str, model: str, seed: int, result: ConstructionResult) -> str:
+def _cache_key(dataset: str, construction: str, model: str, seed: int, result: ConstructionResult,
+               context: NeuralContext | None = None) -> str:
+    """The key of a cached (model, seed) fit: code, precision, data and everything the model
+    reads from ``context`` (neural models: :func:`~memsafe_lib.evaluation.neural.fit_inputs`,
+    so another encoder or budget is a new fit). A model that reads no context keeps the key
+    it has without one, so changing the encoder reuses the baselines' fits."""
     # ids, splits and every unit's evidence label: silver targets or a training subset never
     # share a cached fit with the gold, full-data one
     variants = sha256_bytes("\n".join(v.variant_id + v.split + "".join("1" if u.is_evidence else "0" for u in v.units)
                                       for v in result.variants).encode())
     # and the precision neural models compute in here (bf16 or its fp32 fallback)
     precision = signature(default_device())
-    return sha256_bytes(f"{code_fingerprint()}|{precision}|{dataset}|{construction}|{model}|{seed}|{variants}"
-                        .encode())[:20]
+    text = f"{code_fingerprint()}|{precision}|{dataset}|{construction}|{model}|{seed}|{variants}"
+    if context is not None and is_neural(model):
+        text += "|" + canonical_json(fit_inputs(context, model, seed))
+    return sha256_bytes(text.encode())[:20]
 
 
 def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cache_dir: Path | None,
@@ -160,7 +168,7 @@ def pending_fits(result: ConstructionResult, jobs: Sequence[tuple[str, int]], sp
     todo = []
     for model, seed in jobs:
         if model in SIDE_BY_SIDE_MODELS:
-            key = _cache_key(result.dataset, result.construction, model, seed, result)
+            key = _cache_key(result.dataset, result.construction, model, seed, result, context)
             if not _cache_path(cache_dir, model, seed, key).exists():
                 todo.append((model, seed, key))
     return FitBatch(result.dataset, splits, cache_dir, context.without_encoders(), tuple(todo)) if todo else None
@@ -250,7 +258,8 @@ def evaluate(
     for model, seed in tqdm(jobs, desc=f"evaluate {result.dataset}", disable=not progress):
         done = prefitted.get((model, seed)) or fitted.get((model, shared_fit(model, seed, context)))
         if (model, seed) not in prefitted and (done is None or not done.deterministic):
-            key = _cache_key(result.dataset, result.construction, model, seed, result)
+            key = None if cache_dir is None else _cache_key(result.dataset, result.construction, model, seed, result,
+                                                            context)
             done = fit_and_predict(model, seed, splits, cache_dir, key, context)
             fitted[(model, shared_fit(model, seed, context))] = done
         base = {"dataset": result.dataset, "construction": result.construction, "model": model, "seed": seed,

@@ -4,7 +4,8 @@ family B on MuSiQue, and MuSiQue to SQuAD 2.0; plus the memorization audit of th
 A transferred model sees its target memories as test memories: neural models read them
 through the average of the source's two fold encoders, exactly as they read the source's own
 test split, and nothing is fitted on the target. Fits and target predictions are cached
-under the code, source and target fingerprints, like ``evaluate``'s.
+under the code, source and target fingerprints and (neural models) what they read of the
+context: the Stage A encoder and the budget, like ``evaluate``'s.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import pandas as pd
 from memsafe_lib import config
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
-from memsafe_lib.estimators.registry import SET_MODELS, make_model, seeds_for
-from memsafe_lib.io import atomic_open, sha256_bytes
+from memsafe_lib.estimators.registry import SET_MODELS, is_neural, make_model, seeds_for
+from memsafe_lib.evaluation.neural import fit_inputs
+from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes
 from memsafe_lib.ledger import code_fingerprint
 from memsafe_lib.measures.metrics import average_precision, brier_score, expected_calibration_error, unsafe_auroc
 from memsafe_lib.parallel import side_by_side
@@ -58,6 +60,15 @@ class TransferResult:
 def _fingerprint(variants: Sequence[Variant]) -> str:
     return sha256_bytes("\n".join(v.variant_id + v.split + "".join("1" if u.is_evidence else "0" for u in v.units)
                                   for v in variants).encode())
+
+
+def _cache_key(key_base: str, model: str, seed: int, context: NeuralContext | None) -> str:
+    """``key_base`` (code, source and targets) and, for a neural model, what it reads of the
+    context (:func:`~memsafe_lib.evaluation.neural.fit_inputs`); a model that reads no context
+    keeps the key it had before the encoder entered it (model and seed are in the file name)."""
+    if context is not None and is_neural(model):
+        key_base += "|" + canonical_json(fit_inputs(context, model, seed))
+    return sha256_bytes(key_base.encode())[:20]
 
 
 def _transfer_fit(shared: tuple[dict[str, list[Variant]], dict[str, list[Variant]], NeuralContext | None],
@@ -96,7 +107,7 @@ def transfer(source: ConstructionResult, targets: dict[str, Sequence[Variant]], 
         for seed in seeds_for(model, seeds):
             path = None
             if cache_dir is not None:
-                path = cache_dir / f"transfer-{model}-{seed}-{sha256_bytes(key_base.encode())[:20]}.pkl"
+                path = cache_dir / f"transfer-{model}-{seed}-{_cache_key(key_base, model, seed, context)}.pkl"
                 if path.exists():
                     log(f"transfer {source.dataset}: {model} seed {seed}: resumed from cache")
                     with open(path, "rb") as fh:
