@@ -117,10 +117,25 @@ accuracy
 # %% [markdown]
 # ## 2 · Table "reader"
 #
-# Error among answered memories at fixed coverage (ties broken as in our AURC: the expected
-# error over random orders of a tied group). MemSafe and LexSet: mean and SD over their seeds;
-# the other gates are deterministic given the reader and the sample. `paper_*`: the paper's
-# 7B reader on 1,000 questions; the combined gate is ours (the paper has no such row).
+# Error among answered memories at fixed coverage. MemSafe and LexSet: mean and SD over their
+# seeds; the other gates are deterministic given the reader and the sample. `paper_*`: the
+# paper's 7B reader on 1,000 questions; the combined gate is ours (the paper has no such row).
+#
+# How each error is counted (the paper leaves both choices open):
+#
+# - **Ties.** Every gate accepts memories with tied scores in one fixed order, the salted
+#   SHA-256 rank of the memory id (salt `reader-gate-ties`), the kind of ordering the paper's
+#   code uses everywhere. This matters most for the oracle integrity label, one tie group of
+#   complete memories: the paper's oracle errors change with coverage inside that group
+#   (0.7230, 0.7205, 0.7133), as a fixed order makes them, whereas an expectation over ties
+#   would give the complete memories' mean error at every coverage up to 1/3. The `aurc`
+#   column keeps the AURC's rule (ties as the expectation over their orders).
+# - **Fractional k.** A gate answers k = c·n memories; when k is not an integer the first
+#   ⌊k⌋ memories count fully, the next one counts with weight k − ⌊k⌋, and the error is the
+#   accepted errors over k. With 30 memories, 5% coverage is k = 1.5 (the first memory and
+#   half of the second) and 10% is k = 3, so the first two columns move in steps of a third.
+# - **Memory-length control** is the `text_length` control (the memory's text characters),
+#   the paper's "Memory-length control" row; criterion (ii) matches coverage to the same one.
 
 # %%
 frame = G.add_fixed_gates(G.add_model_gates(answers, predictions, gate_models))
@@ -142,9 +157,10 @@ fig
 # %% [markdown]
 # ## 3 · Pre-registered criteria and the judges' AUROC
 #
-# The criteria exactly as registered (a 10% reader-risk target). With an answer-all error
-# far above 10%, (i) and (ii) can hold only if a gate finds a pocket of nearly always
-# answered-right memories; we report them as met / not met without replacing them.
+# The criteria exactly as registered (a 10% reader-risk target; (ii)'s memory-length control
+# is `text_length`, text characters). With an answer-all error far above 10%, (i) and (ii)
+# can hold only if a gate finds a pocket of nearly always answered-right memories; we report
+# them as met / not met without replacing them.
 
 # %%
 crit = G.criteria(frame)
@@ -160,7 +176,9 @@ judge_auroc
 # ## 4 · Figure "prevalence"
 #
 # Every complete memory kept; unsafe memories subsampled in salted-hash order to 20%, 40%
-# and 60% prevalence (several draws, mean) and at the native rate.
+# and 60% prevalence (several draws, mean) and at the native rate. Ties and fractional k as
+# in Table "reader": with fewer memories the oracle answers fewer of the complete ones, in the
+# same fixed order, so its error changes with prevalence as the paper's does.
 
 # %%
 native_unsafe = int(answers.unsafe.sum())

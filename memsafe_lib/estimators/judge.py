@@ -69,6 +69,7 @@ class LLMJudge:
     """Next-token candidates read; a prompt where neither Yes nor No is among them scores 0.5
     and is counted in ``undecided``."""
     device: str = "cpu"
+    """Where the model runs, either backend; the evaluations pass the run's device."""
     cache_path: Path | None = None
     name: str = "llm_judge"
     deterministic: bool = True

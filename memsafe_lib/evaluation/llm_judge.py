@@ -13,6 +13,7 @@ import pandas as pd
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig
 from memsafe_lib.data.loader import hash_rank
+from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.estimators.judge import PACKAGED_SMOLLM2, LLMJudge
 from memsafe_lib.io import read_csv, write_csv
 from memsafe_lib.ledger import data_fingerprint, record_run
@@ -56,17 +57,18 @@ def compare_on_subset(subset: Sequence[Variant], scores: np.ndarray | dict[str, 
 
 def evaluate_judge(dataset: str, scale: ScaleConfig,
                    models: Sequence[str] = ("memsafe", "mean_pool", "tfidf", "lexset"),
-                   llm: str = PACKAGED_SMOLLM2, shots: int = 0, device: str = "cpu",
+                   llm: str = PACKAGED_SMOLLM2, shots: int = 0, device: str | None = None,
                    progress: bool = True) -> dict[str, Path]:
     """Score the judge subset of ``dataset``'s test split and compare with the evaluated
     models (``memsafe evaluate`` must have run); writes judge_scores.csv.gz and
-    judge_comparison.csv beside the evaluation and a ledger entry."""
+    judge_comparison.csv beside the evaluation and a ledger entry. The judge runs on
+    ``device``, by default the run's (a GPU where torch sees one, as Stage A and B)."""
     loaded, result = build(dataset, "size-matched", scale)
     out = scale.output_dir(config.EVALUATE, dataset, "size-matched")
     budget = scale.neural
     subset = judge_subset([v for v in result.variants if v.split == "test"], budget.judge_max_base_queries)
     cache = scale.cache_dir(config.EVALUATE, dataset, "size-matched") / "judge.sqlite"
-    judge = LLMJudge(llm, shots=shots, device=device, cache_path=cache)
+    judge = LLMJudge(llm, shots=shots, device=device or default_device(), cache_path=cache)
     judge.fit([v for v in result.variants if v.split == "train"])
     with step(f"LLM judge on {dataset}: {len(subset)} test memories"):
         scores = judge.scores(subset, progress=progress)

@@ -2,10 +2,21 @@
 
 The reader answers every variant of a hash-chosen sample of test questions; each gate ranks
 the same memories by an unsafe score (lower = answer first). Gates: MemSafe and LexSet (one
-column per seed), flat TF-IDF, the memory-length control, the LLM judge, the reader's own
+column per seed), flat TF-IDF, the memory-length control (``text_length``: the memory's
+text characters, the paper's "Memory-length control" row), the LLM judge, the reader's own
 sequence confidence (negated: confident = answer first), and the oracle integrity label
 (which is an oracle for evidence, not for answer correctness). ``answer_all`` is the error
 of answering everything.
+
+Ties inside a gate's scores are broken in one fixed order for every gate: the salted SHA-256
+rank of the memory's ``variant_id`` (:func:`tie_order`, salt :data:`TIE_SALT`), the kind of
+ordering the paper's code uses everywhere. The paper is silent on its gates' tie rule, but its
+oracle row changes with coverage (0.7230, 0.7205, 0.7133 at 5%, 10%, 25%, all inside the
+complete third of the memories) and with prevalence, which a fixed order gives and an
+expectation over ties (the oracle would equal the complete memories' mean error at every
+coverage up to 1/3) does not. The AURC column and the criteria's ``coverage_at_risk`` keep
+their threshold semantics (tie groups accepted whole, or as an expectation), as every AURC in
+this library does.
 
 Everything here works on a frame with one row per memory: ``variant_id``, ``base_id``,
 ``state``, ``unsafe``, ``wrong`` (0/1: the reader's answer is not an exact match) and one
@@ -23,6 +34,7 @@ import pandas as pd
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig
 from memsafe_lib.data.loader import hash_rank
+from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.estimators.judge import LLMJudge
 from memsafe_lib.estimators.llm import load_model
 from memsafe_lib.estimators.reader import Reader
@@ -39,8 +51,32 @@ RISK_TARGET = 0.10
 PREVALENCES = (0.20, 0.40, 0.60)
 """Unsafe prevalences of the sweep (the native rate is added)."""
 
-GATE_MODELS = {"memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF", "text_length": "Memory length"}
+GATE_MODELS = {"memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF",
+               "text_length": "Memory-length control (text characters)"}
 """Evaluated models used as gates, read from the evaluation's test predictions."""
+LENGTH_CONTROL = "memory-length control (text characters)"
+"""Criterion (ii)'s control, named as the paper names it, with the length it measures."""
+TIE_SALT = "reader-gate-ties"
+"""Salt of the fixed order in which every gate accepts memories with tied scores."""
+
+
+def tie_order(variant_ids: Sequence[str] | pd.Series) -> np.ndarray:
+    """Each memory's position in salted-SHA-256 order of its id (ties on the hash, never seen
+    in practice, by the id itself): the secondary sort key of every gate. It depends only on
+    the ids, so row order, reruns and subsampling (the prevalence sweep) keep it."""
+    ids = [str(v) for v in variant_ids]
+    ranked = sorted(range(len(ids)), key=lambda i: (hash_rank(ids[i], TIE_SALT), ids[i]))
+    positions = np.empty(len(ids), dtype=np.int64)
+    positions[ranked] = np.arange(len(ids))
+    return positions
+
+
+def gate_error(frame: pd.DataFrame, score: str, coverage: float) -> float:
+    """The reader's error among the ``coverage * n`` memories of ``frame`` with the lowest
+    ``score`` column, tied scores in :func:`tie_order`; a fractional ``k = coverage * n``
+    counts its last memory in part (:func:`memsafe_lib.measures.gating.error_at_coverage`)."""
+    return error_at_coverage(frame["wrong"].to_numpy(float), frame[score].to_numpy(float), coverage,
+                              tiebreak=tie_order(frame["variant_id"]))
 
 
 def gate_columns(frame: pd.DataFrame) -> dict[str, list[str]]:
@@ -91,12 +127,17 @@ def add_fixed_gates(frame: pd.DataFrame, confidence: str = "confidence", judge_s
 
 def reader_table(frame: pd.DataFrame, coverages: Sequence[float] = COVERAGES) -> pd.DataFrame:
     """Error among answered memories at each coverage, per gate (mean and sample SD over its
-    seeds), with the answer-all row first."""
+    seeds), with the answer-all row first.
+
+    ``error_at_<c>``: ties in the fixed :func:`tie_order`, and ``k = c * n`` answered memories
+    with the ``ceil(k)``-th counted in part when ``k`` is fractional (30 memories at 5%: the
+    first memory and half of the second). ``aurc``: the risk-coverage module's, ties as an
+    expectation."""
     wrong = frame["wrong"].to_numpy(float)
     rows = [{"gate": "answer_all", "n_seeds": 1, **{f"error_at_{c:g}": float(wrong.mean()) for c in coverages},
              **{f"error_at_{c:g}_sd": 0.0 for c in coverages}, "aurc": float(wrong.mean())}]
     for gate, cols in gate_columns(frame).items():
-        per_seed = np.array([[error_at_coverage(wrong, frame[c], cov) for cov in coverages] for c in cols])
+        per_seed = np.array([[gate_error(frame, c, cov) for cov in coverages] for c in cols])
         aurcs = [aurc(wrong.astype(bool), frame[c]) for c in cols]
         row: dict[str, object] = {"gate": gate, "n_seeds": len(cols)}
         for j, cov in enumerate(coverages):
@@ -130,8 +171,9 @@ def criteria(frame: pd.DataFrame, target: float = RISK_TARGET) -> pd.DataFrame:
 
     (i) at the ``target`` reader risk, MemSafe's coverage exceeds reader confidence's;
     (ii) MemSafe's error among answered is below answering everything, at the coverage the
-         memory-length control reaches at the same target (not met when that control
-         reaches no coverage at all: there is no matched point to compare at);
+         memory-length control (``text_length``, text characters, as in Table "reader")
+         reaches at the same target (not met when that control reaches no coverage at all:
+         there is no matched point to compare at);
     (iii) MemSafe's AURC over answer correctness is below reader confidence's.
     """
     wrong = frame["wrong"].to_numpy(float)
@@ -142,17 +184,17 @@ def criteria(frame: pd.DataFrame, target: float = RISK_TARGET) -> pd.DataFrame:
     length = gates.get("text_length", [])
     cov_len = float(np.mean([coverage_at_risk(wrong, frame[c], target) for c in length])) if length else 0.0
     if cov_len > 0 and mem:
-        err_mem = float(np.mean([error_at_coverage(wrong, frame[c], cov_len) for c in mem]))
+        err_mem = float(np.mean([gate_error(frame, c, cov_len) for c in mem]))
         ii_met = err_mem < wrong.mean()
         ii_value = f"MemSafe {err_mem:.4f} vs answer-all {wrong.mean():.4f} at {cov_len:.3f}"
     else:
-        ii_met, ii_value = False, f"memory-length control reaches no coverage at risk <= {target:g}"
+        ii_met, ii_value = False, f"{LENGTH_CONTROL} reaches no coverage at risk <= {target:g}"
     table = reader_table(frame)
     aurc_of = table.set_index("gate")["aurc"]
     rows = [
         {"criterion": "(i)", "statement": f"coverage at reader risk <= {target:g}: MemSafe > reader confidence",
          "met": bool(cov_mem > cov_conf), "value": f"MemSafe {cov_mem:.3f} vs confidence {cov_conf:.3f}"},
-        {"criterion": "(ii)", "statement": "MemSafe error < answer-all at the length control's matched coverage",
+        {"criterion": "(ii)", "statement": f"MemSafe error < answer-all at coverage matched to the {LENGTH_CONTROL}",
          "met": bool(ii_met), "value": ii_value},
         {"criterion": "(iii)", "statement": "AURC over answer correctness: MemSafe < reader confidence",
          "met": bool(aurc_of.get("memsafe", np.inf) < aurc_of["confidence"]),
@@ -200,16 +242,20 @@ def reader_sample(variants: Sequence[Variant], n_questions: int | None, salt: st
 
 
 def read_and_judge(variants: Sequence[Variant], scale: ScaleConfig, reader_model: str, judge_model: str | None,
-                   n_ctx: int = 8192, max_tokens: int = 16, progress: bool = True) -> tuple[pd.DataFrame, dict]:
+                   n_ctx: int = 8192, max_tokens: int = 16, device: str | None = None, progress: bool = True
+                   ) -> tuple[pd.DataFrame, dict]:
     """The reader's answer to every memory and, memory by memory right after it, the judge's
     score (same model: the judge reuses the reader's prompt cache). Both cached on disk by
-    (model, settings, prompt) under the notebook's cache, so a killed run resumes."""
+    (model, settings, prompt) under the notebook's cache, so a killed run resumes. Both run
+    on ``device``, by default the run's (a GPU where torch sees one, as Stage A and B)."""
     cache = scale.cache_dir(config.NB06_READER) / "generations.sqlite"
-    lm = load_model(reader_model, n_ctx=n_ctx)
+    device = device or default_device()
+    lm = load_model(reader_model, n_ctx=n_ctx, device=device)
     reader = Reader(lm, max_tokens=max_tokens, cache_path=cache)
     judge = None
     if judge_model is not None:
-        judge = LLMJudge(judge_model, n_ctx=n_ctx, cache_path=cache, lm=lm if judge_model == reader_model else None)
+        judge = LLMJudge(judge_model, n_ctx=n_ctx, device=device, cache_path=cache,
+                         lm=lm if judge_model == reader_model else None)
     rows, seconds = [], {"reader": 0.0, "judge": 0.0}
     with step(f"reader {reader_model} and judge {judge_model} on {len(variants)} memories"):
         from tqdm.auto import tqdm  # lazy: progress only where it runs
@@ -232,15 +278,17 @@ def read_and_judge(variants: Sequence[Variant], scale: ScaleConfig, reader_model
 
 
 def few_shot_judge(variants: Sequence[Variant], train: Sequence[Variant], scale: ScaleConfig, judge_model: str,
-                   shots: int, n_ctx: int = 16384, progress: bool = True) -> tuple[np.ndarray, dict]:
+                   shots: int, n_ctx: int = 16384, device: str | None = None, progress: bool = True
+                   ) -> tuple[np.ndarray, dict]:
     """A ``shots``-shot judge's unsafe scores on memories already read, exemplars from ``train``.
 
     A pass of its own after the reader's: every prompt starts with the same exemplars, so
     llama.cpp computes that prefix once and each memory costs only its own tokens (run
     between reader calls, the prefix would be evicted every time). The paper's four-shot judge
-    uses a 16,384-token window; cached like the zero-shot judge."""
+    uses a 16,384-token window; cached like the zero-shot judge; on ``device`` (default: the run's)."""
     cache = scale.cache_dir(config.NB06_READER) / "generations.sqlite"
-    judge = LLMJudge(judge_model, shots=shots, n_ctx=n_ctx, cache_path=cache).fit(train)
+    judge = LLMJudge(judge_model, shots=shots, n_ctx=n_ctx, device=device or default_device(),
+                     cache_path=cache).fit(train)
     start = time.perf_counter()
     with step(f"{shots}-shot judge {judge_model} on {len(variants)} memories"):
         scores = judge.scores(variants, progress=progress)

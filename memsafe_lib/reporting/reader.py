@@ -1,5 +1,12 @@
 """Table "reader" beside the paper's values, and the two reader figures (error against
-coverage per gate; the prevalence sweep)."""
+coverage per gate; the prevalence sweep).
+
+How the table's errors are counted (:func:`memsafe_lib.evaluation.reader_gating.reader_table`):
+a gate answers ``k = c * n`` memories; tied scores are accepted in one fixed order for every
+gate (salted SHA-256 of the memory id, ``reader_gating.TIE_SALT``), and a fractional ``k``
+counts its last memory in part (30 memories at 5%: ``k = 1.5``, the first memory and half of
+the second). Notebook 06 says so beside the table.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +18,11 @@ from memsafe_lib import config
 from memsafe_lib.evaluation.reader_gating import COVERAGES
 
 GATE_LABELS = {"answer_all": "Answer everything", "memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF",
-               "text_length": "Memory length", "llm_judge": "LLM judge (zero-shot)",
+               "text_length": "Memory-length control (text characters)", "llm_judge": "LLM judge (zero-shot)",
                "llm_judge_4shot": "LLM judge (four-shot)", "confidence": "Reader sequence confidence",
                "oracle": "Oracle integrity label",
                "combined": "Combined (MemSafe + judge + confidence)"}
+"""The paper's row names; the memory-length control is ``text_length`` (the memory's characters)."""
 
 
 def with_paper(table: pd.DataFrame) -> pd.DataFrame:

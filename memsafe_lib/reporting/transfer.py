@@ -14,7 +14,13 @@ from memsafe_lib.config import paper_reference
 from memsafe_lib.evaluation.hypotheses import FAMILY_A, FAMILY_B, evaluate_hypotheses
 from memsafe_lib.evaluation.transfer import TransferResult, as_test, scores
 from memsafe_lib.measures.risk_coverage import apply_threshold, threshold_for_risk
+from memsafe_lib.reporting.main_results import MODEL_LABELS
 from memsafe_lib.variants.construction import Variant
+
+SQUAD_LABELS: dict[str, str] = {**MODEL_LABELS, "paragraph_count": "Memory-length control (paragraph count)"}
+"""Row names of the SQuAD table. The paper's SQuAD paragraph calls ``paragraph_count`` the
+"memory-length control" (exactly 0.5000: one paragraph per memory) and ``text_length`` the
+"text-length control"; each label says which length it measures."""
 
 
 def drop_table(table: pd.DataFrame, target: str = "family-b") -> pd.DataFrame:
@@ -67,7 +73,8 @@ def squad_table(results: Sequence[TransferResult], source_validation: Sequence[V
     if frame.empty:
         return frame
     out = frame.drop(columns="seed").groupby("model", sort=False).mean(numeric_only=True).reset_index()
-    out.insert(1, "n_seeds", frame.groupby("model", sort=False).size().to_numpy())
+    out.insert(1, "label", out.model.map(SQUAD_LABELS).fillna(out.model))
+    out.insert(2, "n_seeds", frame.groupby("model", sort=False).size().to_numpy())
     out["paper_unsafe_auroc"] = [ref.get(m, {}).get("unsafe_auroc") for m in out.model]
     return out
 
