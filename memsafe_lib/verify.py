@@ -15,6 +15,11 @@ Checks, each failing with the file and what differs:
    metrics row, and every numbered notebook has an executed copy with a ledger entry.
 6. **Report.** The generated blocks of ``paper/REPORT.md`` and ``README.md`` equal what the
    committed artifacts render to.
+7. **One table of verdicts.** ``artifacts/<scale>/hypotheses.csv`` agrees with every
+   per-notebook verdict file it names, and no retired per-folder table of verdicts
+   (:data:`~memsafe_lib.evaluation.hypotheses.RETIRED_TABLES`) that is still present says
+   otherwise. A retired table is no longer required to exist once its entry wrote it; a tree
+   from before the one table (no ``hypotheses.csv``) is checked as it was.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import pandas as pd
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig
 from memsafe_lib.estimators.registry import MODEL_GROUPS, seeds_for
+from memsafe_lib.evaluation.hypotheses import RETIRED_TABLES, disagreements
 from memsafe_lib.io import read_csv, sha256_file
 from memsafe_lib.notebooks import available
 from memsafe_lib.reporting.paper_report import GENERATED_DOCUMENTS, render
@@ -87,13 +93,16 @@ def verify(scale: ScaleConfig, *, main_datasets: Sequence[str] | None = None, no
     out.checked["ledger entries"] = len(entries)
 
     # 1. outputs match the latest entry that wrote them
-    absent_uncommitted = 0
+    absent_uncommitted, retired = 0, {f"{scale.name}/{r}" for r in RETIRED_TABLES}
     for rel, (digest, kind) in sorted(latest.items()):
         path = artifacts / rel
         if not rel.startswith(f"{scale.name}/"):
             continue
         if not path.exists() and rel.split("/")[1] in UNCOMMITTED:
             absent_uncommitted += 1
+        elif not path.exists() and rel in retired:
+            out.notes.append(f"{path}: retired per-folder table of verdicts, removed (the one table is "
+                             f"{config.HYPOTHESES_FILE})")
         elif not path.exists():
             out.problems.append(f"{path}: listed by ledger entry {kind!r} but missing")
         elif sha256_file(path) != digest:
@@ -146,6 +155,12 @@ def verify(scale: ScaleConfig, *, main_datasets: Sequence[str] | None = None, no
                 out.problems.append(f"{doc}: generated blocks differ from what the artifacts give "
                                     "(run `memsafe report --record`)")
         out.checked["documents"] = len(docs)
+
+    # 7. one table of hypotheses and gates
+    if (root / config.HYPOTHESES_FILE).exists():
+        out.problems.extend(disagreements(root))
+    else:
+        out.notes.append(f"no {root / config.HYPOTHESES_FILE} yet (a run before the one table of verdicts)")
     return out
 
 

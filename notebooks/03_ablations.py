@@ -133,7 +133,8 @@ stage_a
 #
 # The same paired hierarchical bootstrap as notebook 02 (resamples over base questions and
 # seeds, one draw for both models), now for each ablation against the full model, each rung
-# of the ladder against the one below, and the interaction's gains.
+# of the ladder against the one below, and the interaction's gains. H4 is decided here
+# (`h4.json`) and shown from the one table of verdicts, `artifacts/<scale>/hypotheses.csv`.
 
 # %%
 summary_files = summarize(cfg, n_resamples=n_resamples, sources=(config.EVALUATE, config.NB03_ABLATIONS),

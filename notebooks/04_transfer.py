@@ -53,6 +53,7 @@ from memsafe_lib.encodings.encoders import Pair, unit_string
 from memsafe_lib.estimators.registry import stage_a_kinds
 from memsafe_lib.evaluation import transfer as T
 from memsafe_lib.evaluation.audit import audit
+from memsafe_lib.evaluation.hypotheses import write_hypotheses_table
 from memsafe_lib.evaluation.neural import build_context
 from memsafe_lib.io import read_csv, write_csv, write_json
 from memsafe_lib.ledger import record_run
@@ -104,14 +105,17 @@ else:
           "H3 is untested at this scale")
 h3 = report.h3_verdict(table)
 write_json(out / "h3.json", {"id": "H3", "status": h3.status, "evidence": h3.evidence, "statement": h3.statement})
+write_hypotheses_table(cfg)  # the one table of H1-H5 and the gates, artifacts/<scale>/hypotheses.csv
 print(f"H3: {h3.status} ({h3.evidence})")
 
 # %% [markdown]
 # ## 3 · SQuAD 2.0: a construction we did not build
 #
-# One paragraph per question, unanswerable = unsafe. The memory-length control must sit at
-# exactly 0.5 (every memory has one unit). The thresholds are those chosen on MuSiQue
-# validation for a 5% and a 10% evidence risk.
+# One paragraph per question, unanswerable = unsafe. The memory-length control, as the paper
+# names it here, is the paragraph count (`paragraph_count`, label "Memory-length control
+# (paragraph count)"): every memory has one paragraph, so it must sit at exactly 0.5. The
+# text-length control (`text_length`, characters) is a different control, reported below.
+# The thresholds are those chosen on MuSiQue validation for a 5% and a 10% evidence risk.
 
 # %%
 source_validation = by_split(source.variants)["validation"]

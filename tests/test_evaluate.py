@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import json
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +22,6 @@ from tests.test_baselines import lexical_query
 @pytest.fixture(scope="module")
 def result() -> C.ConstructionResult:
     return C.build_size_matched([lexical_query(i) for i in range(120)])
-
-
-def artifact(relative: str) -> Path:
-    return Path(os.environ["MEMSAFE_ARTIFACTS_DIR"]) / relative
 
 
 def test_one_row_per_model_seed_split(result: C.ConstructionResult, tmp_path: Path) -> None:
@@ -108,11 +104,13 @@ def test_cli_evaluate_and_summarize_on_real_data(real_data: Path) -> None:
     entry = read_ledger(SCALES["smoke"])[-1]
     assert entry["kind"] == "evaluate:2wikimultihopqa" and len(entry["outputs"]) == 3
     assert main(["summarize", "--scale", "smoke", "--resamples", "200"]) == 0
-    gates = pd.read_csv(artifact("smoke/evaluate/smoke_gates.csv"))
-    assert gates.set_index("id").loc["G3", "status"] == "pass"
-    hypotheses = pd.read_csv(artifact("smoke/evaluate/hypotheses.csv"))
-    assert set(hypotheses.status) == {"untested"}  # no MemSafe results yet
-    assert read_ledger(SCALES["smoke"])[-1]["metrics"]["gates"]["G3"] == "pass"
+    run_dir = SCALES["smoke"].run_dir
+    assert json.loads((run_dir / "evaluate/g3.json").read_text())["status"] == "pass"
+    table = pd.read_csv(run_dir / "hypotheses.csv").set_index("id")  # the one table of H1-H5 and gates
+    assert table.loc["G3", "status"] == "pass" and table.loc["G3", "source"] == "evaluate/g3.json"
+    assert set(table.filter(like="H", axis=0).status) == {"untested"}  # no MemSafe results yet
+    assert not (run_dir / "evaluate/hypotheses.csv").exists()  # no second, per-folder table
+    assert read_ledger(SCALES["smoke"])[-2]["metrics"]["verdicts"]["G3"] == "pass"  # summarize, then the table
 
 
 def test_deterministic_neural_models_are_fitted_once_per_encoder_seed(

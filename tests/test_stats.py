@@ -435,17 +435,17 @@ def test_hypotheses_untested_when_models_are_missing() -> None:
 
 def test_smoke_gates() -> None:
     v = passing_values()
-    out = status(smoke_gates(results_table(v), tests_passed=True, invariants_hold=True))
-    assert out == {f"G{i}": "pass" for i in range(1, 6)}
+    out = status(smoke_gates(results_table(v), invariants_hold=True))
+    assert out == {f"G{i}": "pass" for i in range(2, 6)}  # G1 (tests pass) is not a run's to judge
 
     for d in QA:
         v[(d, "size-matched", "paragraph_count", "test")] = (0.65, 0.2)
         v[(d, "size-matched", "text_length", "test")] = (0.71, 0.3)
     v[("hotpotqa", "size-matched", "lexset", "validation")] = (0.75, 0.4)  # margin 0.04 < 0.05
-    out = status(smoke_gates(results_table(v), tests_passed=False, invariants_hold=None))
-    assert out == {"G1": "fail", "G2": "untested", "G3": "fail", "G4": "fail", "G5": "fail"}
+    out = status(smoke_gates(results_table(v), invariants_hold=None))
+    assert out == {"G2": "untested", "G3": "fail", "G4": "fail", "G5": "fail"}
 
     no_validation = {k: x for k, x in passing_values().items() if k[3] != "validation"}
-    report = smoke_gates(results_table(no_validation), tests_passed=None, invariants_hold=True).set_index("id")
+    report = smoke_gates(results_table(no_validation), invariants_hold=True).set_index("id")
     assert report.loc["G5", "status"] == "untested" and "missing memsafe, lexset" in report.loc["G5", "evidence"]
-    assert report.loc["G1", "status"] == "untested" and report.loc["G2", "status"] == "pass"
+    assert report.loc["G2", "status"] == "pass"

@@ -27,6 +27,13 @@ def test_silver_labels_match_whole_normalised_answers() -> None:
     assert S.normalize("The  Bridge, of Anna!") == "bridge of anna"
 
 
+def test_silver_labels_match_the_unit_text_not_its_title() -> None:
+    """Appendix silver: "the gold answer string appears in its text" -- a title mention is not enough."""
+    v = _variant(("Anna Smith",), ["A bridge over the river.", "It was built by Anna Smith."], [False, True])
+    v = replace(v, units=(replace(v.units[0], title="Anna Smith"), replace(v.units[1], title="Bridge")))
+    assert S.silver_labels(v) == [False, True]
+
+
 def test_silver_changes_training_targets_only_and_is_scored_against_gold() -> None:
     train = _variant(("Anna",), ["anna built it", "cats", "anna again"], [True, True, False])
     test = replace(train, variant_id="t", split="test")

@@ -10,6 +10,8 @@ import pytest
 
 from memsafe_lib import config
 from memsafe_lib.config import SCALES
+from memsafe_lib.evaluation import hypotheses as H
+from memsafe_lib.io import write_json
 from memsafe_lib.ledger import record_run
 from memsafe_lib.verify import verify
 
@@ -80,3 +82,42 @@ def test_an_absent_gate_checkpoint_is_noted_but_an_edited_one_fails(tree: Path) 
     (gate_dir / "config.json").unlink()  # a clean clone: gates/ is git-ignored
     result = verify(SMOKE, main_datasets=[], notebooks=[], documents=[])
     assert result.problems == [] and any("not committed" in n for n in result.notes)
+
+
+def _verdict(folder: str, check_id: str, status: str) -> Path:
+    return write_json(SMOKE.output_dir(folder) / f"{check_id.lower()}.json",
+                      {"id": check_id, "status": status, "statement": H.STATEMENTS[check_id], "evidence": "e"})
+
+
+def test_the_one_hypotheses_table_passes_when_it_agrees_with_its_sources(tree: Path) -> None:
+    h4 = _verdict(config.NB03_ABLATIONS, "H4", "fail")
+    record_run("summarize:03_ablations", SMOKE, outputs=[h4])
+    H.write_hypotheses_table(SMOKE)
+    assert check() == []
+
+
+def test_a_hypotheses_table_that_contradicts_its_source_fails(tree: Path) -> None:
+    h4 = _verdict(config.NB03_ABLATIONS, "H4", "fail")
+    table = SMOKE.run_dir / config.HYPOTHESES_FILE
+    pd.DataFrame([{"id": "H4", "statement": "s", "status": "pass", "evidence": "e",
+                   "notebook": config.NB03_ABLATIONS, "source": f"{config.NB03_ABLATIONS}/h4.json"}]).to_csv(
+        table, index=False)
+    record_run("hypotheses", SMOKE, outputs=[h4, table])
+    (problem,) = check()
+    assert config.HYPOTHESES_FILE in problem and "H4 pass" in problem and "h4.json says fail" in problem
+
+
+def test_a_second_hypotheses_table_that_disagrees_fails_and_may_be_removed(tree: Path) -> None:
+    """The per-folder tables notebooks 02 and 03 wrote before the one table (H4 untested in
+    evaluate/, H5 untested beside notebook 07's pass): tolerated until the one table exists,
+    then a disagreement fails, and deleting them is what fixes it."""
+    legacy = SMOKE.output_dir(config.EVALUATE) / "hypotheses.csv"
+    pd.DataFrame([{"id": "H4", "statement": "s", "status": "untested", "evidence": "e"}]).to_csv(legacy, index=False)
+    record_run("summarize", SMOKE, outputs=[legacy])
+    assert check() == []  # the old layout, as committed today
+    record_run("summarize:03_ablations", SMOKE, outputs=[_verdict(config.NB03_ABLATIONS, "H4", "fail")])
+    H.write_hypotheses_table(SMOKE)
+    (problem,) = check()
+    assert "evaluate/hypotheses.csv" in problem and "H4 untested" in problem
+    legacy.unlink()  # retired: its ledger entry no longer requires it
+    assert check() == []

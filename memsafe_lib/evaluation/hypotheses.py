@@ -1,13 +1,27 @@
-"""The paper's pre-registered hypotheses H1-H5 and the smoke gates G1-G5, evaluated as code on
-whatever results exist: each verdict is pass, fail or untested, with the evidence that decided it."""
+"""The paper's pre-registered hypotheses H1-H5 and the smoke gates G2-G5, evaluated as code on
+whatever results exist: each verdict is pass, fail or untested, with the evidence that decided it.
+
+Each check is decided by the notebook whose runs test it (:data:`VERDICT_SOURCES`): notebook 02
+(through ``summarize``) decides H1, H2 and the gates, 03 decides H4, 04 decides H3 and 07 decides
+H5. Each writes one verdict file per check it decides (``<folder>/<id>.json``), and
+:func:`write_hypotheses_table` gathers them into the one table, ``artifacts/<scale>/hypotheses.csv``,
+each row naming the notebook and file it came from. Nothing else writes a table of verdicts, so no
+two tables can disagree.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
-from memsafe_lib.config import FAMILY_A_DATASETS
+from memsafe_lib import config
+from memsafe_lib.config import FAMILY_A_DATASETS, ScaleConfig
+from memsafe_lib.io import write_csv, write_json
+from memsafe_lib.ledger import record_run
 from memsafe_lib.measures.inference import METRICS
 
 MEMSAFE, MEAN_POOL, LEXSET, TFIDF = "memsafe", "mean_pool", "lexset", "tfidf"
@@ -42,13 +56,20 @@ STATEMENTS: dict[str, str] = {
     "H4": "removing bridge-conditioned encoding (memsafe_no_bridge) lowers test unsafe AUROC on "
           "MuSiQue and 2WikiMultiHopQA (size-matched)",
     "H5": "memsafe exceeds lexset in test unsafe AUROC on MIMIC",
-    "G1": "all tests pass",
     "G2": "all data invariants hold",
     "G3": f"paragraph_count test unsafe AUROC <= {PARAGRAPH_COUNT_MAX_AUROC:.2f} on every size-matched dataset",
     "G4": f"text_length test unsafe AUROC <= {TEXT_LENGTH_MAX_AUROC:.2f} on every size-matched dataset",
     "G5": f"memsafe exceeds lexset by >= {MEMSAFE_OVER_LEXSET_MIN_VALIDATION:.2f} in validation unsafe AUROC "
           "on every size-matched dataset",
 }
+
+DROPPED_GATES: dict[str, str] = {
+    "G1": "all tests pass: not a verdict a run can give. The suite checks the artifacts a run "
+          "writes (nbval on the executed notebooks, `memsafe verify`), so it runs after the run, in "
+          "`make test`; a result table written before it cannot attest it without being circular. "
+          "The ledger's code fingerprint ties every result to the code the suite checked.",
+}
+"""Smoke gates of the paper that are not evaluated here, with the reason."""
 
 _Check = tuple[bool | None, str]  # (outcome, evidence); None: could not be tested
 
@@ -212,18 +233,128 @@ def _ceiling(means: _Means, check_id: str, model: str, ceiling: float) -> dict[s
     return _verdict(check_id, checks, nothing="no size-matched dataset in the table")
 
 
-def smoke_gates(metrics: pd.DataFrame, *, tests_passed: bool | None, invariants_hold: bool | None) -> pd.DataFrame:
-    """Smoke gates G1-G5 that must pass before results are reported (same columns as the hypotheses).
+def smoke_gates(metrics: pd.DataFrame, *, invariants_hold: bool | None) -> pd.DataFrame:
+    """Smoke gates G2-G5 that must pass before results are reported (same columns as the hypotheses).
 
-    Test and invariant outcomes come in as flags (None: not run, so untested). The
-    control gates read seed means of the test split; the memsafe-over-lexset gate reads
-    the validation split so it can be checked without looking at test results.
+    The invariant outcome comes in as a flag (None: not checked, so untested). The control
+    gates read seed means of the test split; the memsafe-over-lexset gate reads the
+    validation split so it can be checked without looking at test results. G1 (all tests
+    pass) is not evaluated: :data:`DROPPED_GATES` says why.
     """
     means = _Means(metrics)
-    rows = [_flag("G1", tests_passed, "test suite passed"), _flag("G2", invariants_hold, "data invariants hold"),
+    rows = [_flag("G2", invariants_hold, "data invariants hold"),
             _ceiling(means, "G3", PARAGRAPH_COUNT, PARAGRAPH_COUNT_MAX_AUROC),
             _ceiling(means, "G4", TEXT_LENGTH, TEXT_LENGTH_MAX_AUROC)]
     g5 = [_exceeds(means, d, FAMILY_A, VALIDATION, "unsafe_auroc", MEMSAFE, LEXSET, MEMSAFE_OVER_LEXSET_MIN_VALIDATION)
           for d in means.datasets(FAMILY_A)]
     rows.append(_verdict("G5", g5, nothing="no size-matched dataset in the table"))
     return _report(rows)
+
+
+@dataclass(frozen=True)
+class VerdictSource:
+    """Where a check's verdict comes from: the notebook whose runs test it and the artifact
+    folder its verdict file is written to."""
+
+    notebook: str
+    folder: str
+
+    def path(self, check_id: str) -> str:
+        """The verdict file, relative to the run dir (``03_ablations/h4.json``)."""
+        return f"{self.folder}/{check_id.lower()}.json"
+
+
+_NB02 = VerdictSource(config.NB02_TRAINING, config.EVALUATE)  # notebook 02 summarizes into evaluate/
+VERDICT_SOURCES: dict[str, VerdictSource] = {
+    "H1": _NB02,
+    "H2": _NB02,
+    "H3": VerdictSource(config.NB04_TRANSFER, config.NB04_TRANSFER),  # transfer, family B from A
+    "H4": VerdictSource(config.NB03_ABLATIONS, config.NB03_ABLATIONS),  # the no-bridge ablation
+    "H5": VerdictSource(config.NB07_CLINICAL, config.NB07_CLINICAL),  # the clinical runs
+    **{g: _NB02 for g in ("G2", "G3", "G4", "G5")},
+}
+"""The one notebook that decides each row of the table. Notebook 03's ``summarize`` sees
+notebook 02's runs too, but only H4 is decided there: H1, H2 and the gates are questions
+about the main runs, and H5 about the clinical ones."""
+TABLE_COLUMNS: tuple[str, ...] = (*REPORT_COLUMNS, "notebook", "source")
+RETIRED_TABLES: tuple[str, ...] = tuple(f"{folder}/{name}" for folder in (config.EVALUATE, config.NB03_ABLATIONS)
+                                        for name in ("hypotheses.csv", "smoke_gates.csv"))
+"""Per-folder tables that ``summarize`` wrote before the one table (relative to the run dir):
+each held every hypothesis as seen from that folder's runs, so they contradicted each other
+and notebooks 04 and 07. Nothing writes them now; ``memsafe verify`` tolerates their absence."""
+
+
+def decided_in(folder: str) -> list[str]:
+    """The checks whose verdict files ``folder`` holds."""
+    return [i for i, s in VERDICT_SOURCES.items() if s.folder == folder]
+
+
+def write_verdicts(report: pd.DataFrame, run_dir: Path, folder: str) -> list[Path]:
+    """One verdict file per check of ``report`` that ``folder`` decides (others are ignored)."""
+    rows = report.set_index("id")
+    return [write_json(run_dir / VERDICT_SOURCES[i].path(i),
+                       {"id": i, **{c: str(rows.loc[i, c]) for c in REPORT_COLUMNS if c != "id"}})
+            for i in decided_in(folder) if i in rows.index]
+
+
+def hypotheses_table(run_dir: Path) -> pd.DataFrame:
+    """The one table: each check's verdict from the file its notebook wrote, untested (naming
+    the file) where that notebook has not run."""
+    rows = []
+    for check_id, source in VERDICT_SOURCES.items():
+        path = run_dir / source.path(check_id)
+        if path.exists():
+            verdict = json.loads(path.read_text(encoding="utf-8"))
+            if verdict.get("id") != check_id:
+                raise ValueError(f"{path}: holds the verdict of {verdict.get('id')!r}, not {check_id}")
+            status, evidence = verdict["status"], verdict.get("evidence", "")
+            statement = verdict.get("statement") or STATEMENTS[check_id]
+        else:
+            status, statement = UNTESTED, STATEMENTS[check_id]
+            evidence = f"no {source.path(check_id)} (notebook {source.notebook} not run)"
+        rows.append({"id": check_id, "statement": statement, "status": status, "evidence": evidence,
+                     "notebook": source.notebook, "source": source.path(check_id)})
+    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+
+
+def write_hypotheses_table(scale: ScaleConfig) -> Path:
+    """Write ``<run dir>/hypotheses.csv`` from the verdict files present, with a ledger entry.
+
+    Every notebook that decides a check calls this after writing its verdict, so whichever
+    runs last leaves the table in step with every verdict file (and the ledger's latest
+    entry for the table matches its bytes)."""
+    run_dir = scale.run_dir
+    table = hypotheses_table(run_dir)
+    path = write_csv(run_dir / config.HYPOTHESES_FILE, table)
+    inputs = [run_dir / s for s in table.source if (run_dir / s).exists()]
+    record_run("hypotheses", scale, inputs=inputs, outputs=[path],
+               metrics={"hypotheses": table.set_index("id")["status"].to_dict()})
+    return path
+
+
+def disagreements(run_dir: Path, sources: Sequence[str] = RETIRED_TABLES) -> list[str]:
+    """Where the one table and another statement of a verdict differ: a row whose verdict file
+    says otherwise, or a row of a retired per-folder table (``sources``) that says otherwise.
+    Empty when there is no one table yet (the layout before it)."""
+    table_path = run_dir / config.HYPOTHESES_FILE
+    if not table_path.exists():
+        return []
+    table = pd.read_csv(table_path, keep_default_na=False)
+    status = dict(zip(table["id"], table["status"], strict=True))
+    out = []
+    for row in table.itertuples():
+        path = run_dir / row.source
+        if path.exists():
+            said = json.loads(path.read_text(encoding="utf-8")).get("status")
+            if said != row.status:
+                out.append(f"{table_path}: {row.id} {row.status} but {row.source} says {said}")
+        elif row.status != UNTESTED:
+            out.append(f"{table_path}: {row.id} {row.status} but its source {row.source} is missing")
+    for rel in sources:
+        if (run_dir / rel).exists():
+            other = pd.read_csv(run_dir / rel, keep_default_na=False)
+            for check_id, said in zip(other["id"], other["status"], strict=True):
+                if check_id in status and status[check_id] != said:
+                    out.append(f"{run_dir / rel}: says {check_id} {said} but {table_path} says "
+                               f"{status[check_id]} (a retired per-folder table: delete it)")
+    return out

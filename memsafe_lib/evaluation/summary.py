@@ -1,6 +1,7 @@
 """Summaries of ``memsafe evaluate`` runs: seed means beside the paper's values, paired
-bootstrap intervals and descriptive Wilcoxon tests for model comparisons, and the
-pre-registered hypotheses and smoke gates evaluated on whatever results exist."""
+bootstrap intervals and descriptive Wilcoxon tests for model comparisons, and the verdicts of
+the pre-registered hypotheses and smoke gates that the summarized folder decides (written as
+verdict files and gathered into the one table, :mod:`memsafe_lib.evaluation.hypotheses`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import pandas as pd
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig, paper_reference
 from memsafe_lib.estimators.registry import ABLATIONS, LADDER
-from memsafe_lib.evaluation.hypotheses import evaluate_hypotheses, smoke_gates
+from memsafe_lib.evaluation.hypotheses import (
+    decided_in,
+    evaluate_hypotheses,
+    smoke_gates,
+    write_hypotheses_table,
+    write_verdicts,
+)
 from memsafe_lib.io import read_csv, write_csv
 from memsafe_lib.ledger import record_run
 from memsafe_lib.measures.inference import paired_bootstrap, wilcoxon_holm
@@ -138,9 +145,11 @@ def data_invariants_hold(datasets: Sequence[str], scale: ScaleConfig) -> bool:
 def summarize(scale: ScaleConfig, n_resamples: int = 1000, *, sources: Sequence[str] = (config.EVALUATE,),
               folder: str = config.EVALUATE, comparisons: Sequence[tuple[str, str]] = COMPARISONS
               ) -> dict[str, Path]:
-    """Write summary, intervals, Wilcoxon, gates and hypotheses of the ``sources``' evaluations
-    under ``artifacts/<scale>/<folder>/`` (notebook 02: evaluate/; notebook 03 adds its
-    ablations and writes its own, leaving notebook 02's files as they were)."""
+    """Write summary, intervals and Wilcoxon of the ``sources``' evaluations under
+    ``artifacts/<scale>/<folder>/`` (notebook 02: evaluate/; notebook 03 adds its ablations and
+    writes its own, leaving notebook 02's files as they were), the verdict files of the checks
+    ``folder`` decides (evaluate/: H1, H2 and the gates; 03_ablations/: H4), then the one
+    table of all verdicts (``files["hypotheses"]``, ``artifacts/<scale>/hypotheses.csv``)."""
     metrics = load_metrics(scale, sources)
     out = scale.output_dir(folder)
     summary = summary_table(metrics)
@@ -155,20 +164,22 @@ def summarize(scale: ScaleConfig, n_resamples: int = 1000, *, sources: Sequence[
                  if {a, b} <= set(group.model)]
         if comps:
             wilcoxon.append(wilcoxon_holm(group, comps).assign(dataset=dataset))
-    datasets = sorted(metrics[metrics.construction == "size-matched"].dataset.unique())
-    gates = smoke_gates(metrics, tests_passed=None, invariants_hold=data_invariants_hold(datasets, scale))
-    hypotheses = evaluate_hypotheses(metrics, intervals[intervals.construction == "size-matched"])
+    decides = decided_in(folder)
+    verdicts = evaluate_hypotheses(metrics, intervals[intervals.construction == "size-matched"])
+    if any(i.startswith("G") for i in decides):  # the invariants rebuild every dataset: only where needed
+        datasets = sorted(metrics[metrics.construction == "size-matched"].dataset.unique())
+        verdicts = pd.concat([verdicts, smoke_gates(metrics, invariants_hold=data_invariants_hold(datasets, scale))],
+                             ignore_index=True)
     files = {
         "summary": write_csv(out / "summary_test.csv", summary),
         "intervals": write_csv(out / "bootstrap_intervals.csv", intervals),
         "wilcoxon": write_csv(out / "wilcoxon_holm.csv", pd.concat(wilcoxon, ignore_index=True) if wilcoxon
                               else pd.DataFrame()),
-        "gates": write_csv(out / "smoke_gates.csv", gates),
-        "hypotheses": write_csv(out / "hypotheses.csv", hypotheses),
+        **{p.stem: p for p in write_verdicts(verdicts, scale.run_dir, folder)},
     }
     record_run("summarize" if folder == config.EVALUATE else f"summarize:{folder}", scale,
                settings={"n_resamples": n_resamples, "comparisons": list(comparisons), "sources": list(sources)},
                inputs=[f for d in dirs for f in (d / "metrics.csv", d / "predictions.csv.gz")],
-               outputs=files.values(), metrics={"gates": gates.set_index("id")["status"].to_dict(),
-                                                "hypotheses": hypotheses.set_index("id")["status"].to_dict()})
-    return files
+               outputs=files.values(),
+               metrics={"verdicts": verdicts.set_index("id").loc[decides, "status"].to_dict()})
+    return {**files, "hypotheses": write_hypotheses_table(scale)}

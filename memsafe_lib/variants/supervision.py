@@ -1,8 +1,8 @@
 """Alternative training sets built from the gold variants, for notebook 03:
 
-* **silver supervision**: per-unit evidence targets from gold-answer string matching instead of
-  the annotated supporting paragraphs, on the training split only (validation and test, the
-  variants themselves and their integrity labels stay gold);
+* **silver supervision**: per-unit evidence targets from gold-answer string matching in the unit
+  text instead of the annotated supporting paragraphs, on the training split only (validation
+  and test, the variants themselves and their integrity labels stay gold);
 * **nested training subsets** for learning curves: a salted-hash fraction of the training
   base questions (every variant of a kept question), nested so 25% is inside 50%.
 
@@ -33,11 +33,19 @@ def normalize(text: str) -> str:
 
 
 def silver_labels(variant: Variant) -> list[bool]:
-    """Per unit: does its title or text contain a gold answer (normalised, whole words)?"""
+    """Per unit: does its *text* contain a gold answer (normalised, whole words)?
+
+    The paper's appendix marks a unit as evidence "when the gold answer string appears in its text",
+    so the unit title is not matched (a title naming the answer entity would otherwise make every
+    sentence of that paragraph a silver positive). How the strings are compared is left open; we
+    use SQuAD answer normalisation (:func:`normalize`: lower case, no punctuation, no articles,
+    single spaces) on both sides and require a whole-word match, the usual distant-supervision
+    reading, so "anna" does not match "annabelle".
+    """
     answers = [a for a in (normalize(x) for x in variant.answers) if a]
     out = []
     for unit in variant.units:
-        text = f" {normalize(unit.title)} {normalize(unit.text)} "
+        text = f" {normalize(unit.text)} "
         out.append(any(f" {a} " in text for a in answers))
     return out
 
