@@ -21,7 +21,10 @@
 #   split; H3 says MemSafe should lose less AUROC than flat TF-IDF and the text-length control.
 # * **SQuAD 2.0.** Unanswerable questions written by crowdworkers against a single paragraph:
 #   the MuSiQue-trained MemSafe applied to all 11,873 dev questions, with MuSiQue's validation
-#   thresholds carried over.
+#   thresholds carried over. Its pairs are read by the same fold encoders through the scale's
+#   transfer window (`NeuralBudget.transfer_max_length`: the paper's 256 at `paper` scale; wider
+#   than the training window at `cpu`, whose 128 tokens would cut most SQuAD paragraphs), chosen
+#   so the share of truncated pairs is close to the paper's; section 3 reports both.
 # * **Memorization.** Splits are disjoint by question, not by paragraph: how many test
 #   paragraphs the training split already holds, and what happens to AUROC on the questions
 #   whose gold evidence it never saw.
@@ -44,12 +47,10 @@ encoder = None
 # %matplotlib inline
 from dataclasses import asdict
 
-import numpy as np
 import pandas as pd
-from IPython.display import display
+from IPython.display import Markdown, display
 
 from memsafe_lib import config
-from memsafe_lib.encodings.encoders import Pair, unit_string
 from memsafe_lib.estimators.registry import stage_a_kinds
 from memsafe_lib.evaluation import transfer as T
 from memsafe_lib.evaluation.audit import audit
@@ -124,13 +125,26 @@ squad_scores = report.squad_table([r for r in results if r.model in squad_models
 write_csv(out / "squad.csv", squad_scores)
 assert squad_scores.set_index("model").unsafe_auroc.get("paragraph_count", 0.5) == 0.5
 display(squad_scores)
-truncation = None
+truncation, squad_window = None, None
 if context is not None and context.stage_a:
-    encoder_model = next(iter(context.stage_a.values())).encoders[0]
-    pairs = [Pair(v.question, unit_string(u.title, u.text)) for v in squad.variants for u in v.units]
-    truncation = float(np.mean(encoder_model.truncated(pairs)))
-    print(f"(question, paragraph) pairs longer than the {encoder_model.config.max_length}-token window: "
-          f"{truncation:.2%} (paper, 256 tokens: 4.79%)")
+    stage_a = next(iter(context.stage_a.values()))
+    squad_window = T.target_window(context.budget, source.dataset, squad.variants)
+    squad_truncation = report.squad_truncation_table(stage_a.encoders[0].tokenizer, squad.variants,
+                                                     stage_a.encodings, squad_window)
+    write_csv(out / "squad_truncation.csv", squad_truncation)
+    display(squad_truncation)
+    used = squad_truncation[(squad_truncation.pair == "plain") & (squad_truncation.window == squad_window)].iloc[0]
+    bridge = squad_truncation[squad_truncation.pair == "bridge"].iloc[0]
+    truncation = float(used.share)
+    paper_row = squad_truncation[(squad_truncation.pair == "plain") & (squad_truncation.window == used.paper_window)]
+    at_paper = "" if squad_window == used.paper_window else (
+        f" (this tokenizer cuts {paper_row.share.iloc[0]:.2%} at {used.paper_window} tokens)")
+    display(Markdown(
+        f"SQuAD pairs are read at **{squad_window} tokens** (training window {context.budget.max_length}): "
+        f"{used.truncated:,} of {used.pairs:,} (question, paragraph) pairs, **{used.share:.2%}**, are longer and "
+        f"truncated, against the paper's {used.paper_share:.2%} at {used.paper_window} tokens{at_paper}. The paper's "
+        f"figure concerns plain pairs; the bridge pairs (q ‖ u_top, u), which hold the paragraph twice, are cut "
+        f"{bridge.share:.2%} of the time at {squad_window} tokens."))
 squad_text_length = audit(squad, controls=["text_length"])
 print("text-length control on SQuAD (fit on the hash-split train part of the dev set; the official train file "
       f"is not under MEMSAFE_DATA_DIR): test AUROC {squad_text_length['test_auroc']['text_length']:.4f}")
@@ -176,10 +190,12 @@ outputs = [out / f for f in ("transfer_scores.csv", "squad.csv", "memorization.c
                              "fig_transfer.png", "fig_hardening_external.png", "h3.json")]
 if drops is not None:
     outputs.append(out / "family_b.csv")
+if truncation is not None:
+    outputs.append(out / "squad_truncation.csv")
 write_json(out / "summary.json", {"scale": scale, "seeds": seeds, "budget": asdict(cfg.neural),
                                   "family_b_test_variants": len(family_b_test), "h3": h3.status,
                                   "squad_auroc": squad_scores.set_index("model").unsafe_auroc.round(4).to_dict(),
-                                  "squad_truncated_pairs": truncation})
+                                  "squad_window": squad_window, "squad_truncated_pairs": truncation})
 record_run("notebook:04_transfer", cfg, raw_files=[*loaded.files, *squad_loaded.files],
            settings={"source": source_dataset, "family_b_models": family_b_models, "squad_models": squad_models,
                      "squad_alphas": squad_alphas, "memorization_datasets": memorization_datasets,

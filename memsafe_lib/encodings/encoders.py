@@ -20,6 +20,7 @@ padding and run under bf16 autocast (CPU and GPU) when ``bf16=True``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
 from collections.abc import Iterator, Sequence
@@ -128,6 +129,13 @@ def weights_fingerprint(module: nn.Module, settings: str = "") -> str:
     return h.hexdigest()[:24]
 
 
+def _check_window(max_length: int, hf_config: Any) -> None:
+    """A window the encoder can read: no more tokens than it has positions (MiniLM: 512)."""
+    limit = getattr(hf_config, "max_position_embeddings", None)
+    if max_length < 1 or (limit is not None and max_length > limit):
+        raise ValueError(f"a {max_length}-token window does not fit the encoder's {limit} positions")
+
+
 class CrossEncoder(nn.Module):
     """Transformer encoder + pooled unit representation + 1-logit relevance head.
 
@@ -170,6 +178,17 @@ class CrossEncoder(nn.Module):
     def fingerprint(self) -> str:
         """Hash of the weights and the settings that change an encoding (not batch size)."""
         return weights_fingerprint(self, f"{self.config.max_length}|{self.config.pooling}|{self.bf16}")
+
+    def at_window(self, max_length: int) -> CrossEncoder:
+        """The same weights (shared, not copied) reading pairs through a ``max_length``-token
+        window: a transfer target with longer paragraphs (SQuAD 2.0) read by the fold encoders
+        as trained. Its fingerprint, so every encoding cache key, holds the window."""
+        if max_length == self.config.max_length:
+            return self
+        _check_window(max_length, self.backbone.config)
+        wider = copy.copy(self)  # a new attribute dict; parameters and submodules are this one's
+        wider.config = replace(self.config, max_length=max_length)
+        return wider
 
     def tokenize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         return self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation="longest_first",
@@ -350,6 +369,18 @@ class BiEncoder:
 
     description = "cosine of the pretrained encoder read as a bi-encoder (it has no trained relevance head)"
 
+    def at_window(self, max_length: int) -> BiEncoder:
+        """The same model reading texts through a ``max_length``-token window, with its own
+        memo (keyed by text only) and a disk key that holds the window."""
+        if max_length == self.config.max_length:
+            return self
+        _check_window(max_length, self.model.config)
+        wider = copy.copy(self)
+        wider.config = replace(self.config, max_length=max_length)
+        wider._fingerprint = "bi|" + weights_fingerprint(self.model, str(max_length))
+        wider._cache = {}
+        return wider
+
     def top_unit(self, query: str, units: Sequence[str]) -> int:
         """Index of the unit most similar to the query (ties: the earliest)."""
         sims = self.embed(units) @ self.embed([query])[0]
@@ -378,6 +409,10 @@ class PretrainedRanker(Protocol):
 
     def relevance(self, pairs: Sequence[Pair], progress: bool = False) -> np.ndarray: ...
 
+    def at_window(self, max_length: int) -> PretrainedRanker:
+        """The same ranker reading its inputs through a ``max_length``-token window."""
+        ...
+
 
 class CrossEncoderRanker:
     """The pretrained cross-encoder, unchanged: u_top is the unit its relevance head scores
@@ -393,6 +428,10 @@ class CrossEncoderRanker:
 
     def relevance(self, pairs: Sequence[Pair], progress: bool = False) -> np.ndarray:
         return encode_pairs(self.model, pairs, self.cache, progress=progress)[1]
+
+    def at_window(self, max_length: int) -> CrossEncoderRanker:
+        """The same cross-encoder at another window (its cache keys hold the window)."""
+        return CrossEncoderRanker(self.model.at_window(max_length), self.cache)
 
     def top_units(self, queries: Sequence[str], memories: Sequence[Sequence[str]], progress: bool = False) -> list[int]:
         pairs = [Pair(q, u) for q, units in zip(queries, memories, strict=True) for u in units]

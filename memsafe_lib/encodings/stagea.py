@@ -87,14 +87,21 @@ class StageAResult:
     pair_encodings: bool = True
     """False for a relevance-only frozen Stage A: ``plain`` and ``bridge`` are empty."""
 
-    def encode(self, variants: Sequence[Variant], progress: bool = True) -> list[VariantEncoding]:
+    def encode(self, variants: Sequence[Variant], progress: bool = True,
+               max_length: int | None = None) -> list[VariantEncoding]:
         """More memories (a transfer target), encoded as this Stage A encoded its own: the
-        folds' average, with the ranker's relevance scores where the run did so."""
+        folds' average, with the ranker's relevance scores where the run did so. ``max_length``
+        reads the target's pairs (and the ranker's inputs) through another token window with
+        the same weights (None: the training window); see ``NeuralBudget.transfer_max_length``."""
+        bi = self.bi if max_length is None else self.bi.at_window(max_length)
         if not self.pair_encodings:
-            return ranker_encodings(variants, self.bi, progress)
-        encoded = encode_with_folds(self.encoders, variants, self.bi, progress=progress)
+            return ranker_encodings(variants, bi, progress)
+        encoders = self.encoders
+        if max_length is not None:
+            encoders = (encoders[0].at_window(max_length), encoders[1].at_window(max_length))
+        encoded = encode_with_folds(encoders, variants, bi, progress=progress)
         if self.relevance != FINE_TUNED_RELEVANCE and not self.encoders[0].pretrained_head:
-            encoded = with_ranker_logits(encoded, variants, self.bi, progress)
+            encoded = with_ranker_logits(encoded, variants, bi, progress)
         return encoded
 
     def summary(self) -> dict[str, object]:

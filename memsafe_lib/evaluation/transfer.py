@@ -3,15 +3,18 @@ family B on MuSiQue, and MuSiQue to SQuAD 2.0; plus the memorization audit of th
 
 A transferred model sees its target memories as test memories: neural models read them
 through the average of the source's two fold encoders, exactly as they read the source's own
-test split, and nothing is fitted on the target. Fits and target predictions are cached
-under the code, source and target fingerprints and (neural models) what they read of the
-context: the Stage A encoder and the budget, like ``evaluate``'s.
+test split, and nothing is fitted on the target. A target from another dataset (SQuAD 2.0)
+is read through its own token window (``NeuralBudget.transfer_max_length``), so that a scale
+training at a short window still sees about as much of each paragraph as the paper's 256
+tokens did. Fits and target predictions are cached under the code, source and target
+fingerprints and (neural models) what they read of the context: the Stage A encoder, the
+budget and the targets' windows, like ``evaluate``'s.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,10 +23,12 @@ import numpy as np
 import pandas as pd
 
 from memsafe_lib import config
+from memsafe_lib.config import NeuralBudget
+from memsafe_lib.encodings.encoders import Pair, VariantEncoding, unit_string
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.registry import SET_MODELS, is_neural, make_model, seeds_for
-from memsafe_lib.evaluation.neural import fit_inputs
+from memsafe_lib.evaluation.neural import OWN_ENCODER_MODELS, fit_inputs
 from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes
 from memsafe_lib.ledger import code_fingerprint
 from memsafe_lib.measures.metrics import average_precision, brier_score, expected_calibration_error, unsafe_auroc
@@ -37,15 +42,30 @@ def as_test(variants: Sequence[Variant]) -> list[Variant]:
     return [replace(v, split="test") for v in variants]
 
 
-def add_target_encodings(context: NeuralContext, variants: Sequence[Variant], progress: bool = True) -> None:
+def target_window(budget: NeuralBudget, source_dataset: str, variants: Sequence[Variant]) -> int:
+    """Tokens per pair for a target: the training window for the source dataset's own memories
+    (family B: the same kind of paragraphs, read as the source's test split, so H3's drop
+    measures the construction and not the window), ``budget.transfer_window`` for a target
+    from another dataset (SQuAD 2.0: the paper's appendix reads it at its one 256-token cap,
+    truncating 4.79% of pairs; a scale training at fewer tokens widens it to a like share)."""
+    foreign = any(v.dataset != source_dataset for v in variants)
+    return budget.transfer_window if foreign else budget.max_length
+
+
+def add_target_encodings(context: NeuralContext, variants: Sequence[Variant], progress: bool = True,
+                         max_length: int | None = None) -> None:
     """Encode target memories with every encoder seed's fold encoders (their average) and add
     them to the context's encodings, fine-tuned and frozen alike, each as its Stage A encoded
-    its own memories (a frozen start without a head: the ranker's relevance scores)."""
+    its own memories (a frozen start without a head: the ranker's relevance scores), through a
+    ``max_length``-token window (None: the training window; see :func:`target_window`).
+    Encodings already held are kept: the window follows from the budget and the target's
+    dataset, both fixed for a context, so a variant id is only ever read at one window."""
     for table in (context.stage_a, context.frozen):
         for result in table.values():
             todo = [v for v in variants if v.variant_id not in result.encodings]
             if todo:
-                result.encodings.update({e.variant_id: e for e in result.encode(todo, progress=progress)})
+                encoded = result.encode(todo, progress=progress, max_length=max_length)
+                result.encodings.update({e.variant_id: e for e in encoded})
 
 
 @dataclass
@@ -62,12 +82,17 @@ def _fingerprint(variants: Sequence[Variant]) -> str:
                                   for v in variants).encode())
 
 
-def _cache_key(key_base: str, model: str, seed: int, context: NeuralContext | None) -> str:
+def _cache_key(key_base: str, model: str, seed: int, context: NeuralContext | None,
+               windows: Mapping[str, int] | None = None) -> str:
     """``key_base`` (code, source and targets) and, for a neural model, what it reads of the
-    context (:func:`~memsafe_lib.evaluation.neural.fit_inputs`); a model that reads no context
-    keeps the key it had before the encoder entered it (model and seed are in the file name)."""
+    context (:func:`~memsafe_lib.evaluation.neural.fit_inputs`) and, where it reads Stage A,
+    the token window of each target's encodings (``windows``: target name -> tokens); a model
+    that reads no context keeps the key it had before the encoder entered it (model and seed
+    are in the file name)."""
     if context is not None and is_neural(model):
         key_base += "|" + canonical_json(fit_inputs(context, model, seed))
+        if windows and model not in OWN_ENCODER_MODELS:
+            key_base += "|windows:" + canonical_json(dict(sorted(windows.items())))
     return sha256_bytes(key_base.encode())[:20]
 
 
@@ -97,8 +122,11 @@ def transfer(source: ConstructionResult, targets: dict[str, Sequence[Variant]], 
     another), the others here."""
     splits = by_split(source.variants)
     target_tests = {name: as_test(vs) for name, vs in targets.items()}
+    windows: dict[str, int] = {}
     if context is not None:
-        add_target_encodings(context, [v for vs in target_tests.values() for v in vs])
+        windows = {name: target_window(context.budget, source.dataset, vs) for name, vs in target_tests.items()}
+        for name, vs in target_tests.items():
+            add_target_encodings(context, vs, max_length=windows[name])
     key_base = "|".join([code_fingerprint(), _fingerprint(source.variants),
                          *(f"{n}:{_fingerprint(vs)}" for n, vs in sorted(target_tests.items()))])
     done: dict[tuple[str, int], TransferResult] = {}
@@ -107,7 +135,8 @@ def transfer(source: ConstructionResult, targets: dict[str, Sequence[Variant]], 
         for seed in seeds_for(model, seeds):
             path = None
             if cache_dir is not None:
-                path = cache_dir / f"transfer-{model}-{seed}-{_cache_key(key_base, model, seed, context)}.pkl"
+                key = _cache_key(key_base, model, seed, context, windows)
+                path = cache_dir / f"transfer-{model}-{seed}-{key}.pkl"
                 if path.exists():
                     log(f"transfer {source.dataset}: {model} seed {seed}: resumed from cache")
                     with open(path, "rb") as fh:
@@ -125,6 +154,33 @@ def transfer(source: ConstructionResult, targets: dict[str, Sequence[Variant]], 
         if (model, seed) not in done:
             done[(model, seed)] = _transfer_fit(shared, (model, seed, path))
     return [done[(model, seed)] for model in models for seed in seeds_for(model, seeds)]
+
+
+# ---------------------------------------------------------------- what the window cuts
+
+
+def target_pairs(variants: Sequence[Variant], encodings: Mapping[str, VariantEncoding]
+                 ) -> tuple[list[Pair], list[Pair]]:
+    """The (q, u_i) and (q || u_top, u_i) pairs Stage A read for ``variants``, with each
+    memory's u_top as its encodings hold it (no ranker is run again)."""
+    plain, bridge = [], []
+    for v in variants:
+        units = [unit_string(u.title, u.text) for u in v.units]
+        top = units[encodings[v.variant_id].top_unit]
+        plain += [Pair(v.question, u) for u in units]
+        bridge += [Pair(v.question, u, bridge=top) for u in units]
+    return plain, bridge
+
+
+def truncation(tokenizer: Any, pairs: Sequence[Pair], window: int) -> dict[str, Any]:
+    """How many ``pairs`` are longer than ``window`` tokens, i.e. read only in part: exact
+    tokenization of each whole pair as the encoder reads it (first text, unit, special tokens)."""
+    if not pairs:
+        return {"window": window, "pairs": 0, "truncated": 0, "share": None}
+    ids = tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation=False,
+                    verbose=False)["input_ids"]  # no warning for a pair past the model's positions: counting them
+    cut = sum(len(x) > window for x in ids)
+    return {"window": window, "pairs": len(pairs), "truncated": int(cut), "share": cut / len(pairs)}
 
 
 def scores(variants: Sequence[Variant], predictions: Predictions) -> dict[str, Any]:

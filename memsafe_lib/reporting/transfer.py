@@ -4,15 +4,17 @@ MuSiQue validation, and the memorization audit. Paper values only in ``paper_*``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from memsafe_lib.config import paper_reference
+from memsafe_lib.config import NeuralBudget, paper_reference
+from memsafe_lib.encodings.encoders import VariantEncoding
 from memsafe_lib.evaluation.hypotheses import FAMILY_A, FAMILY_B, evaluate_hypotheses
-from memsafe_lib.evaluation.transfer import TransferResult, as_test, scores
+from memsafe_lib.evaluation.transfer import TransferResult, as_test, scores, target_pairs, truncation
 from memsafe_lib.measures.risk_coverage import apply_threshold, threshold_for_risk
 from memsafe_lib.reporting.main_results import MODEL_LABELS
 from memsafe_lib.variants.construction import Variant
@@ -77,6 +79,29 @@ def squad_table(results: Sequence[TransferResult], source_validation: Sequence[V
     out.insert(2, "n_seeds", frame.groupby("model", sort=False).size().to_numpy())
     out["paper_unsafe_auroc"] = [ref.get(m, {}).get("unsafe_auroc") for m in out.model]
     return out
+
+
+PAPER_SQUAD_WINDOW: int = NeuralBudget().max_length
+"""The paper reads SQuAD 2.0 at its one pair cap, 256 tokens (the paper's budget is the default)."""
+
+
+def squad_truncation_table(tokenizer: Any, squad: Sequence[Variant], encodings: Mapping[str, VariantEncoding],
+                           window: int) -> pd.DataFrame:
+    """Share of SQuAD's pairs longer than the window they were read at (exact tokenization with
+    the encoder's tokenizer), beside the paper's 4.79% at 256 tokens: plain (q, u) pairs at
+    ``window`` and, where it differs, at the paper's 256 (this tokenizer's count there), and
+    bridge (q || u_top, u) pairs at ``window``. The paper's figure concerns "question-context
+    pairs", so it stands beside the plain rows only; a bridge pair holds the paragraph twice
+    (u_top is the memory's one paragraph) and is cut far more often."""
+    paper_share = paper_reference().get("squad_transfer", {}).get("truncated_pairs")
+    plain, bridge = target_pairs(squad, encodings)
+    rows = [{"pair": "plain", **truncation(tokenizer, plain, window), "paper_share": paper_share}]
+    if window != PAPER_SQUAD_WINDOW:
+        rows.append({"pair": "plain", **truncation(tokenizer, plain, PAPER_SQUAD_WINDOW), "paper_share": paper_share})
+    rows.append({"pair": "bridge", **truncation(tokenizer, bridge, window), "paper_share": None})
+    frame = pd.DataFrame(rows)
+    frame.insert(5, "paper_window", PAPER_SQUAD_WINDOW)
+    return frame.astype({"share": float, "paper_share": float})
 
 
 def memorization_table(audits: dict[str, dict[str, object]]) -> pd.DataFrame:
