@@ -16,12 +16,16 @@
 # Notebook 02 compared MemSafe with its comparators. Here we take it apart. **Table
 # "ablation"** removes one part at a time from the full model (fine-tuning, the bridge-
 # conditioned encoding, the set model, the lexical/position features, the localization heads)
-# and, in its last row, fine-tuning *and* the set model together; every row shares the
-# Stage A encoder of its Stage B seed, so only the removed part differs. **Figure
-# "attribution"** climbs from LexSet to MemSafe one rung at a time and reports the share of
-# the LexSet-to-MemSafe gap that a frozen encoder already closes. **Figure "interaction"**
-# crosses frozen/fine-tuned encoders with/without the set model. H4 (the bridge matters on
-# MuSiQue and 2WikiMultiHopQA) is evaluated on these runs.
+# and, in its last row, fine-tuning *and* the set model together. As in the paper, these
+# rows run on three Stage B seeds that share one Stage A encoder (the first seed's, the one
+# notebook 02 tuned), so only the removed part differs between rows and seeds differ only in
+# Stage B (`config.experiment_scale(cfg, "ablation")`; at `cpu` that is the scale itself:
+# three seeds, one encoder). **Figure "attribution"** climbs from LexSet to MemSafe one rung
+# at a time and reports the share of the LexSet-to-MemSafe gap that a frozen encoder already
+# closes; its rungs from Table "main" are notebook 02's, on all of the scale's seeds, as the
+# paper's five-seed figure. **Figure "interaction"** crosses frozen/fine-tuned encoders
+# with/without the set model. H4 (the bridge matters on MuSiQue and 2WikiMultiHopQA) is
+# evaluated on the shared-encoder runs, as the paper's ablation.
 #
 # Every number is computed here; the paper's appear only in `paper_*` columns (full data, the
 # MS MARCO cross-encoder start). Read notebook 02's caveats first: at `cpu` scale the encoder
@@ -52,7 +56,13 @@ from IPython.display import display
 from memsafe_lib import config
 from memsafe_lib.estimators.registry import ABLATIONS, INTERACTION, LADDER
 from memsafe_lib.evaluation.runs import EvaluationRequest, run_evaluations
-from memsafe_lib.evaluation.summary import ABLATION_COMPARISONS, summarize
+from memsafe_lib.evaluation.summary import (
+    ABLATION_COMPARISONS,
+    evaluation_dirs,
+    load_metrics,
+    summarize,
+    summary_table,
+)
 from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
 from memsafe_lib.reporting import ablations
@@ -65,34 +75,43 @@ configure_threads()  # native pools at MEMSAFE_THREADS (default 1): see memsafe_
 pd.set_option("display.width", 220, "display.max_columns", 40, "display.precision", 4)
 cfg = config.scale_config(scale).with_encoder(encoder)  # the run's one configuration object
 out = cfg.output_dir(config.NB03_ABLATIONS)
-seeds = list(cfg.seeds)
+# every run here: the ablation's three Stage B seeds sharing the first encoder; silver
+# supervision the same (its gold row is the ablation's full model)
+ablation_cfg = config.experiment_scale(cfg, "ablation")
+silver_cfg = config.experiment_scale(cfg, "silver")
+seeds = list(ablation_cfg.seeds)
 print(f"scale={scale}: {cfg.description}")
-print(f"seeds: {seeds}; Stage A start: {cfg.neural.encoder}")
+print(f"seeds: {seeds} (scale: {list(cfg.seeds)}), sharing encoder seed {list(ablation_cfg.neural.encoder_seeds)}; "
+      f"Stage A start: {cfg.neural.encoder}")
 
 # %% [markdown]
 # ## 1 · Fit the ablated models
 #
-# Fitted models are cached under `evaluate/` by code, data and settings, so the rows notebook
-# 02 already fitted (MemSafe, mean pooling, relevance aggregation, LexSet) are loaded, not
-# refitted. The frozen rows need Stage A without fine-tuning: every memory encoded once more
-# by the pretrained encoder where a frozen set model reads the encodings (MuSiQue); where only
-# relevance aggregation reads them (the ladder on HotpotQA and 2Wiki), the pretrained ranker's
-# relevance scores are all it needs, and no pair is encoded (`pair_encodings` below).
-# `run_evaluations` runs Stage A for every dataset first and then fits all their set models
-# in one side-by-side batch (three seeds on two cores would leave a core idle at the end of
-# each dataset's batch); each fit is the same as alone.
+# Every run here is in the ablation's scope (the ladder's runs give its paired step
+# intervals; its means come from notebook 02, section 4). Fitted models are cached under
+# `evaluate/` by code, data and settings, so the rows notebook 02 already fitted (MemSafe,
+# mean pooling, relevance aggregation, LexSet) are loaded, not refitted: at `cpu` all of
+# them; where notebook 02's seeds have encoders of their own (`paper`), those of the first
+# seed and LexSet's. The frozen rows need Stage A without fine-tuning: every memory encoded
+# once more by the pretrained encoder where a frozen set model reads the encodings (MuSiQue);
+# where only relevance aggregation reads them (the ladder on HotpotQA and 2Wiki), the
+# pretrained ranker's relevance scores are all it needs, and no pair is encoded
+# (`pair_encodings` below). `run_evaluations` runs Stage A for every dataset first and then
+# fits all their set models in one side-by-side batch (three seeds on two cores would leave a
+# core idle at the end of each dataset's batch); each fit is the same as alone.
 
 # %%
-datasets = list(dict.fromkeys([*ablation_datasets, *bridge_datasets, *ladder_datasets]))
+datasets = list(dict.fromkeys([*ablation_datasets, *bridge_datasets, *ladder_datasets, *curve_datasets]))
 models = {}
 for d in datasets:
     wanted = [*(ABLATIONS if d in ablation_datasets else ()), *(LADDER if d in ladder_datasets else ()),
-              *(["memsafe", "memsafe_no_bridge"] if d in bridge_datasets else ())]
+              *(["memsafe", "memsafe_no_bridge"] if d in bridge_datasets else ()),
+              *(ablations.CURVE_MODELS if d in curve_datasets else ())]  # the curve's full-data point
     if d in ablation_datasets:
         wanted += list(INTERACTION.values())
     models[d] = list(dict.fromkeys(wanted))
 requests = [EvaluationRequest(d, tuple(models[d]), folder=config.NB03_ABLATIONS) for d in datasets]
-files = dict(zip(datasets, run_evaluations(requests, seeds, cfg), strict=True))
+files = dict(zip(datasets, run_evaluations(requests, seeds, ablation_cfg), strict=True))
 pd.DataFrame([{"dataset": d, "models": ", ".join(m)} for d, m in models.items()])
 
 # %% [markdown]
@@ -101,14 +120,17 @@ pd.DataFrame([{"dataset": d, "models": ", ".join(m)} for d, m in models.items()]
 # variants, integrity labels and everything we score against stay gold. **Learning curve.**
 # MemSafe and LexSet trained on nested salted-hash fractions of the training questions (the
 # encoder is fine-tuned on the same fraction); validation and test are the full splits.
-# The silver run and the curve points share one batch of fits, as above.
+# The silver run and the curve points share one batch of fits, as above, and one scope: the
+# paper has no QA learning curve, so we give it the ablation's (three Stage B seeds sharing
+# one encoder per point; its full-data point is this notebook's own run), the cheapest
+# replication the paper uses for its component studies.
 
 # %%
 silver = [EvaluationRequest(d, ("memsafe",), folder=config.NB03_ABLATIONS, supervision="silver")
           for d in silver_datasets]
 points = [(d, f) for d in curve_datasets for f in curve_fractions]
 curve = [EvaluationRequest(d, ("memsafe", "lexset"), folder=config.NB03_ABLATIONS, train_fraction=f) for d, f in points]
-written = run_evaluations([*silver, *curve], seeds, cfg)
+written = run_evaluations([*silver, *curve], list(silver_cfg.seeds), silver_cfg)
 silver_files = dict(zip(silver_datasets, written[:len(silver)], strict=True))
 curve_files = dict(zip(points, written[len(silver):], strict=True))
 gold = {d: build(d, None, cfg)[1] for d in dict.fromkeys([*silver_datasets, *curve_datasets])}
@@ -133,15 +155,19 @@ stage_a
 #
 # The same paired hierarchical bootstrap as notebook 02 (resamples over base questions and
 # seeds, one draw for both models), now for each ablation against the full model, each rung
-# of the ladder against the one below, and the interaction's gains. H4 is decided here
-# (`h4.json`) and shown from the one table of verdicts, `artifacts/<scale>/hypotheses.csv`.
+# of the ladder against the one below, and the interaction's gains, all within this
+# notebook's shared-encoder runs: notebook 02's results are not mixed in (at `paper` its
+# seeds 29 and 43 read their own encoders). H4 is decided here (`h4.json`) and shown from
+# the one table of verdicts, `artifacts/<scale>/hypotheses.csv`. `main_summary` is notebook
+# 02's Table "main" on all of the scale's seeds, which the ladder's means read.
 
 # %%
-summary_files = summarize(cfg, n_resamples=n_resamples, sources=(config.EVALUATE, config.NB03_ABLATIONS),
+summary_files = summarize(cfg, n_resamples=n_resamples, sources=(config.NB03_ABLATIONS,),
                           folder=config.NB03_ABLATIONS, comparisons=ABLATION_COMPARISONS)
 summary = pd.read_csv(summary_files["summary"])
 intervals = pd.read_csv(summary_files["intervals"])
 hypotheses = pd.read_csv(summary_files["hypotheses"])
+main_summary = summary_table(load_metrics(cfg, (config.EVALUATE,)))
 hypotheses[hypotheses.id == "H4"]
 
 # %% [markdown]
@@ -161,10 +187,13 @@ ablation
 #
 # Each rung changes several things at once (features, encoder, aggregation), so the ladder
 # describes where AUROC rises, not a causal split of credit. The share of the gap a frozen
-# encoder closes is undefined where MemSafe does not beat LexSet.
+# encoder closes is undefined where MemSafe does not beat LexSet. Means as the paper's
+# figure: the rungs of Table "main" on all of the scale's seeds (notebook 02), the frozen
+# rung, which only this notebook fits, from its runs (deterministic given the frozen
+# encoder, so its mean is the same over any seeds).
 
 # %%
-ladder = ablations.ladder_table(summary, ladder_datasets)
+ladder = ablations.ladder_table(ablations.ladder_summary(main_summary, summary), ladder_datasets)
 write_csv(out / "ladder.csv", ladder)
 gap = ablations.gap_closed(ladder)
 write_csv(out / "gap_closed.csv", gap)
@@ -176,8 +205,9 @@ fig
 # %% [markdown]
 # ## 5 · Figure "interaction": fine-tuning × set model
 #
-# All four cells share one encoder per Stage B seed here; in the paper the fine-tuned cell
-# without the set model came from its five-seed main table.
+# All four cells share one encoder (three Stage B seeds); in the paper the fine-tuned cell
+# without the set model came from its five-seed main table. The LexSet line is Table
+# "main"'s.
 
 # %%
 interaction = pd.concat([ablations.interaction_table(summary, d) for d in ablation_datasets], ignore_index=True)
@@ -186,7 +216,8 @@ gains = pd.concat([ablations.interaction_gains(interaction[interaction.dataset =
                    for d in ablation_datasets], ignore_index=True)
 write_csv(out / "interaction_gains.csv", gains)
 display(gains)
-lexset = summary[(summary.dataset == ablation_datasets[0]) & (summary.model == "lexset")].unsafe_auroc
+lexset = main_summary[(main_summary.dataset == ablation_datasets[0]) & (main_summary.model == "lexset")
+                      & (main_summary.construction == "size-matched")].unsafe_auroc
 fig = ablations.interaction_figure(interaction[interaction.dataset == ablation_datasets[0]],
                                    float(lexset.iloc[0]) if len(lexset) else None)
 save_figure(fig, out / "fig_interaction.png")
@@ -236,13 +267,16 @@ outputs = [out / f for f in ("stage_a.csv", "ablation.csv", "ladder.csv", "gap_c
                              "interaction_gains.csv", "fig_attribution.png", "fig_interaction.png", "silver.csv",
                              "learning_curve.csv", "learning_curve_crossing.csv", "fig_learning_curve.png")]
 write_json(out / "summary.json", {
-    "scale": scale, "seeds": seeds, "budget": asdict(cfg.neural), "datasets": models,
+    "scale": scale, "seeds": seeds, "encoder_seeds": list(ablation_cfg.neural.encoder_seeds),
+    "ladder_seeds": list(cfg.seeds), "budget": asdict(ablation_cfg.neural), "datasets": models,
     "ablation_auroc": {d: g.set_index("model").unsafe_auroc.round(4).to_dict() for d, g in ablation.groupby("dataset")},
     "h4": hypotheses.set_index("id").status.get("H4"),
 })
 record_run("notebook:03_ablations", cfg,
            settings={"ablation_datasets": ablation_datasets, "bridge_datasets": bridge_datasets,
-                     "ladder_datasets": ladder_datasets, "seeds": seeds, "budget": asdict(cfg.neural),
+                     "ladder_datasets": ladder_datasets, "seeds": seeds,
+                     "encoder_seeds": list(ablation_cfg.neural.encoder_seeds), "ladder_seeds": list(cfg.seeds),
+                     "budget": asdict(ablation_cfg.neural),
                      "silver_datasets": silver_datasets, "curve_datasets": curve_datasets,
                      "curve_fractions": curve_fractions, "n_resamples": n_resamples},
            outputs=[*outputs, out / "summary.json"],
@@ -251,4 +285,4 @@ record_run("notebook:03_ablations", cfg,
                     "h4": hypotheses.set_index("id").status.get("H4")},
            inputs=[*(f for d in datasets for f in files[d].values()),
                    *(f for fs in [*silver_files.values(), *curve_files.values()] for f in fs.values()),
-                   *summary_files.values()])
+                   *summary_files.values(), *(d / "metrics.csv" for d in evaluation_dirs(cfg))])

@@ -73,8 +73,12 @@ def stage_b_inputs_key(result: ConstructionResult, encodings: dict[str, VariantE
         for array in (e.plain, e.bridge, e.plain_logit, e.bridge_logit):
             h.update(np.ascontiguousarray(array).tobytes())
         h.update(str(e.top_unit).encode())
+    # the grid reads one encoder (``seed``'s), not the others: a scale whose Stage B seeds share
+    # it (config.experiment_scale) keeps notebook 02's selection; written as [seed] so a
+    # one-encoder scale's key (cpu's recorded one) is unchanged
+    budget = {**asdict(scale.neural), "encoder_seeds": [seed]}
     return sha256_bytes(canonical_json({"code": module_fingerprint(STAGE_B_CODE), "grid": list(GRID), "seed": seed,
-                                        "budget": asdict(scale.neural), "encodings": h.hexdigest()}).encode())
+                                        "budget": budget, "encodings": h.hexdigest()}).encode())
 
 
 def select_stage_b(scale: ScaleConfig, device: str = "cpu", progress: bool = True) -> dict[str, Any]:

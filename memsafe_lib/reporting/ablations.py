@@ -75,6 +75,16 @@ def ablation_table(summary: pd.DataFrame, intervals: pd.DataFrame, dataset: str 
     return pd.DataFrame(rows)
 
 
+def ladder_summary(main: pd.DataFrame, ablation: pd.DataFrame) -> pd.DataFrame:
+    """The summary rows the ladder reads: a (dataset, construction, model) of Table "main"
+    (``main``: notebook 02, every seed of the scale, as the paper's five-seed figure) from
+    there, the rest (the frozen rung, which only notebook 03 fits) from notebook 03's
+    ``ablation`` summary (three Stage B seeds sharing one encoder). The frozen rung is
+    deterministic given the frozen encoder, so its mean does not depend on the seeds."""
+    keys = ["dataset", "construction", "model"]
+    return pd.concat([main, ablation], ignore_index=True).drop_duplicates(keys, keep="first", ignore_index=True)
+
+
 def ladder_table(summary: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
     """Figure "attribution": each rung's seed-mean test AUROC and seed SD per dataset."""
     attribution = paper_reference()["attribution"]
