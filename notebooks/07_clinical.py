@@ -15,7 +15,8 @@
 #
 # The paper's clinical study is the only setting with a **stale** memory: the newest value is
 # gone but an older, superseded one is there, so the memory answers confidently and wrongly.
-# The paper does not spell out its construction; ours (`memsafe_lib/variants/clinical.py`):
+# The paper does not spell out its construction; ours (`memsafe_lib/variants/clinical.py`)
+# follows the paper's own lesson that no state may be readable from the memory's surface:
 #
 # * **Events → units.** Each MIMIC-IV measurement (outpatient record or laboratory value) is a
 #   unit, `Day 412: Creatinine (Blood) 1.1 mg/dL`, with days counted from the patient's first
@@ -23,10 +24,17 @@
 # * **Questions.** For a patient, a measurement and its k-th event (k ≥ 2), asked as of the
 #   patient's next day with any event: *latest* ("what is the most recent value?", one
 #   evidence event) and *change* ("how did it change between its last two measurements?", two).
-# * **States, size-matched**: complete; missing (no event of the measurement); relation-lost
-#   (change only: the newest without the previous); stale (the newest gone, older ones
-#   present). Memories are filled to a fixed size with the patient's other measurements.
-# * **Splits by patient**; patients sampled by salted hash, questions capped in salted-hash order.
+# * **States, surface-matched.** Every memory holds three *slots* on the days of the
+#   measurement's last three events, plus shared fillers. A slot holds either the asked
+#   measurement's event or a *stand-in*: another measurement recorded that day, of near-equal
+#   text length. complete, missing, relation-lost (change only) and stale differ only in which
+#   slots hold the asked measurement, so they share size, unit days, positions and (within a
+#   few characters) text length: only reading *which* measurement a unit is tells them apart.
+# * **Splits by patient**; patients sampled and questions capped in salted-hash order.
+#
+# An earlier construction filled memories with random other events, so a complete memory always
+# held the history's newest event and a provenance-only control read the state at 0.74 test
+# AUROC; section 3 checks every surface control first.
 #
 # We have the open 100-patient demo, not the credentialed cohort: the paper's rows (thousands of
 # patients) are reference only, and a test split of a few patients makes every number noisy.
@@ -35,9 +43,8 @@
 
 # %% tags=["parameters"]
 scale = "smoke"
-datasets = ["mimic-omr", "mimic-labs"]
-curve_dataset = "mimic-omr"
-models = ["memsafe", "lexset", "clinical_rule", "majority", "paragraph_count", "text_length", "provenance_only"]
+models = ["memsafe", "lexset", "clinical_rule", "majority", "paragraph_count", "text_length", "provenance_only",
+          "recency_only"]
 encoder = None
 
 # %%
@@ -47,7 +54,7 @@ from IPython.display import display
 
 from memsafe_lib import config
 from memsafe_lib.data.mimic import ClinicalLoad, Event
-from memsafe_lib.evaluation.hypotheses import evaluate_hypotheses
+from memsafe_lib.evaluation.hypotheses import evaluate_hypotheses, write_hypotheses_table
 from memsafe_lib.evaluation.runs import EvaluationRequest, run_evaluations
 from memsafe_lib.io import read_csv, write_csv, write_json
 from memsafe_lib.ledger import record_run
@@ -63,7 +70,14 @@ pd.set_option("display.width", 220, "display.max_columns", 40, "display.precisio
 cfg = config.scale_config(scale).with_encoder(encoder)  # the run's one configuration object
 out = cfg.output_dir(config.NB07_CLINICAL)
 seeds = list(cfg.seeds)
-print(f"scale={scale}: {cfg.description}; clinical budget: {cfg.clinical}")
+curve_cfg = config.experiment_scale(cfg, "clinical_curve")  # the paper: three seeds per curve point
+settings = list(cfg.clinical.settings)
+datasets = list(dict.fromkeys(s.dataset for s in settings))
+print(f"scale={scale}: {cfg.description}")
+for s in settings:
+    print(f"  table row: {s.label} ({s.construction}), seeds {seeds}")
+print(f"  curve: {cfg.clinical.curve.label.rsplit(',', 1)[0]}, caps {list(cfg.clinical.curve_caps)}, "
+      f"seeds {list(curve_cfg.seeds)}")
 
 # %% [markdown]
 # ## 1 · A synthetic example memory
@@ -85,56 +99,80 @@ for v in example.variants[:3]:
 
 # %% [markdown]
 # ## 2 · The clinical data table
-# Rows of the source table (used + excluded by reason), questions (excluded by reason), and
-# variants by state; base questions by split (splits are by patient).
+# Per setting of Table "clinical": rows of the source table (used + excluded by reason),
+# questions (excluded by reason), and variants by state; base questions by split (splits are
+# by patient).
 
 # %%
-built = {d: build(d, "clinical", cfg) for d in datasets}
-accountings = [clinical_accounting(*built[d]) for d in datasets]
+built = {s: build(s.dataset, "clinical", cfg, clinical=s) for s in settings}
+accountings = [{"setting": s.label, **clinical_accounting(*built[s])} for s in settings]
 assert all(a["raw_rows"] == a["used_rows"] + a["excluded_rows"] for a in accountings)
 data_table = report.data_table(accountings)
 write_csv(out / "data_table.csv", data_table)
 data_table.T
 
 # %% [markdown]
-# ## 3 · Table "clinical": MemSafe, LexSet and the recency rule
+# ## 3 · Surface controls first
+#
+# Each control sees only what a leak could exploit: the paragraph count, the total text length,
+# provenance (positions in the history, |M|/|H|), and recency read without looking at which
+# measurement was asked (the days of the units relative to the query day). On a construction
+# that does not leak, each sits at chance; we hold them to the QA rows' tolerance, test unsafe
+# AUROC between 0.45 and 0.55 (notebook 01 does the same for the QA constructions).
+
+# %%
+requests = [EvaluationRequest(s.dataset, tuple(models), "clinical", config.NB07_CLINICAL, clinical=s)
+            for s in settings]
+files = dict(zip(settings, run_evaluations(requests, seeds, cfg), strict=True))
+metrics = pd.concat([read_csv(files[s]["metrics"]) for s in settings], ignore_index=True)
+controls = report.control_table(metrics, settings, models)
+write_csv(out / "clinical_controls.csv", controls)
+controls
+
+# %% [markdown]
+# ## 4 · Table "clinical": MemSafe, LexSet and the recency rule
 #
 # LexSet gains the clinical feature group (the asked measurement's units, their ages and
 # recency ranks, the gap and trend between the two newest values). The rule answers "unsafe
-# unless a recent enough value is present", with its age cut-off fitted on train. Both
-# sources' MemSafe fits run in one side-by-side batch after both Stage A runs (and the curve's
-# points below likewise): the same fits, without an idle core at the end of each source's.
+# unless a recent enough value is present", with its age cut-off fitted on train. All
+# settings' MemSafe fits ran in one side-by-side batch after their Stage A runs (and the
+# curve's points below likewise).
 
 # %%
-requests = [EvaluationRequest(d, tuple(models), "clinical", config.NB07_CLINICAL) for d in datasets]
-files = dict(zip(datasets, run_evaluations(requests, seeds, cfg), strict=True))
-metrics = pd.concat([read_csv(files[d]["metrics"]) for d in datasets], ignore_index=True)
-train_variants = {d: sum(1 for v in built[d][1].variants if v.split == "train") for d in datasets}
-patients = {d: a["patients"] for d, a in zip(datasets, accountings, strict=True)}
-clinical = pd.DataFrame([report.comparison_row(metrics, d, "clinical", train_variants[d], patients[d])
-                         for d in datasets])
+train_variants = {s: sum(1 for v in built[s][1].variants if v.split == "train") for s in settings}
+patients = {s: a["patients"] for s, a in zip(settings, accountings, strict=True)}
+clinical = pd.DataFrame([{"setting": s.label, **report.comparison_row(metrics, s.dataset, s.construction,
+                                                                      train_variants[s], patients[s])}
+                         for s in settings])
 write_csv(out / "clinical.csv", clinical)
 clinical
 
 # %% [markdown]
-# ## 4 · Table "clinical_curve": vary only the question cap
-# Patient fraction fixed; the encoder, LexSet and the rule are trained on each cap's
-# questions alone.
+# ## 5 · Table "clinical_curve": vary only the question cap
+# Source and patient fraction fixed; the encoder, LexSet and the rule are trained on each cap's
+# questions alone, on the paper's three seeds per point. The table setting with the curve's
+# source and fraction closes the curve (the paper's 20k point is its scale-matched OMR row).
 
 # %%
-caps = [c for c in cfg.clinical.curve_caps if cfg.clinical.question_cap is None or c < cfg.clinical.question_cap]
-curve_requests = [EvaluationRequest(curve_dataset, ("memsafe", "lexset", "clinical_rule"), "clinical",
-                                    config.NB07_CLINICAL, question_cap=c) for c in caps]
-curve_files = dict(zip(caps, run_evaluations(curve_requests, seeds, cfg), strict=True))
+curve_settings = [c for c in cfg.clinical.curve_settings()
+                  if not any(s.dataset == c.dataset and s.patient_fraction == c.patient_fraction
+                             and s.question_cap is not None and c.question_cap >= s.question_cap for s in settings)]
+curve_requests = [EvaluationRequest(c.dataset, ("memsafe", "lexset", "clinical_rule"), "clinical",
+                                    config.NB07_CLINICAL, clinical=c) for c in curve_settings]
+curve_files = dict(zip(curve_settings, run_evaluations(curve_requests, list(curve_cfg.seeds), curve_cfg),
+                       strict=True))
 curve_metrics = pd.concat([metrics, *(read_csv(f["metrics"]) for f in curve_files.values())], ignore_index=True)
 rows = []
-for c in caps:
-    _, result = build(curve_dataset, "clinical", cfg, question_cap=c)
-    rows.append({"cap": c, **report.comparison_row(curve_metrics, curve_dataset, f"clinical-cap{c}",
-                                                    sum(1 for v in result.variants if v.split == "train"),
-                                                    len({v.base_id.split("-")[0] for v in result.variants}))})
-rows.append({"cap": cfg.clinical.question_cap, **clinical.set_index("dataset").loc[curve_dataset].to_dict(),
-             "dataset": curve_dataset})
+for c in curve_settings:
+    _, result = build(c.dataset, "clinical", cfg, clinical=c)
+    rows.append({"cap": c.question_cap, **report.comparison_row(
+        curve_metrics, c.dataset, c.construction, sum(1 for v in result.variants if v.split == "train"),
+        len({v.base_id.split("-")[0] for v in result.variants}))})
+closing = [s for s in settings if s.dataset == cfg.clinical.curve.dataset
+           and s.patient_fraction == cfg.clinical.curve.patient_fraction]
+for s in closing:  # on the table's seeds, which include the curve's
+    rows.append({"cap": s.question_cap, **report.comparison_row(
+        metrics[metrics.seed.isin(curve_cfg.seeds)], s.dataset, s.construction, train_variants[s], patients[s])})
 curve = pd.DataFrame(rows)
 write_csv(out / "clinical_curve.csv", curve)
 crossing = report.crossing(curve)
@@ -145,36 +183,43 @@ save_figure(fig, out / "fig_clinical_curve.png")
 fig
 
 # %% [markdown]
-# ## 5 · Selective rows (outpatient records) and H5
+# ## 6 · Selective rows and H5
+# One row per (setting, model): the validation threshold for a 5% evidence risk applied to test.
 
 # %%
-predictions = {d: read_csv(files[d]["predictions"]) for d in datasets}
-points = pd.concat([operating_points(predictions[d], d, ["memsafe", "lexset"]) for d in datasets], ignore_index=True)
-selective = selective_table(points)
+predictions = {s: read_csv(files[s]["predictions"]) for s in settings}
+points = pd.concat([operating_points(predictions[s], s.dataset, ["memsafe", "lexset"]).assign(setting=s.label)
+                    for s in settings], ignore_index=True)
+selective = pd.concat([selective_table(g).assign(setting=label) for label, g in points.groupby("setting", sort=False)],
+                      ignore_index=True)
 write_csv(out / "selective_clinical.csv", selective)
 display(selective)
 h5 = evaluate_hypotheses(curve_metrics).set_index("id").loc["H5"]
 write_json(out / "h5.json", {"id": "H5", "status": h5.status, "statement": h5.statement, "evidence": h5.evidence})
+hypotheses = write_hypotheses_table(cfg)
 print(f"H5: {h5.status}")
 
 # %% [markdown]
-# ## 6 · Summary (checked by nbval)
+# ## 7 · Summary (checked by nbval)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(data_table[["dataset", "raw_rows", "used_rows", "excluded_rows"]].to_string(index=False))
-print(f"curve caps: {caps}")
+print(data_table[["setting", "raw_rows", "used_rows", "excluded_rows"]].to_string(index=False))
+print(f"curve caps: {[c.question_cap for c in curve_settings]}")
 
 # %%
-outputs = [out / f for f in ("data_table.csv", "clinical.csv", "clinical_curve.csv", "clinical_crossing.csv",
-                             "fig_clinical_curve.png", "selective_clinical.csv", "h5.json")]
-write_json(out / "summary.json", {"scale": scale, "seeds": seeds, "h5": h5.status,
-                                  "delta_auroc": clinical.set_index("dataset").delta_auroc.round(4).to_dict()})
-record_run("notebook:07_clinical", cfg, raw_files=[f for d in datasets for f in built[d][0].files],
-           settings={"datasets": datasets, "curve_dataset": curve_dataset, "models": models, "seeds": seeds,
-                     "caps": caps, "question_cap": cfg.clinical.question_cap,
-                     "patient_fraction": cfg.clinical.patient_fraction},
+outputs = [out / f for f in ("data_table.csv", "clinical_controls.csv", "clinical.csv", "clinical_curve.csv",
+                             "clinical_crossing.csv", "fig_clinical_curve.png", "selective_clinical.csv", "h5.json")]
+write_json(out / "summary.json", {"scale": scale, "seeds": seeds, "curve_seeds": list(curve_cfg.seeds),
+                                  "h5": h5.status,
+                                  "controls_at_chance": bool(controls.within_chance.dropna().all()),
+                                  "delta_auroc": clinical.set_index("setting").delta_auroc.round(4).to_dict()})
+raw_files = list({f.path: f for s in settings for f in built[s][0].files}.values())
+record_run("notebook:07_clinical", cfg, raw_files=raw_files,
+           settings={"settings": [s.construction for s in settings], "datasets": datasets, "models": models,
+                     "seeds": seeds, "curve": [c.construction for c in curve_settings],
+                     "curve_seeds": list(curve_cfg.seeds)},
            outputs=[*outputs, out / "summary.json"],
            inputs=[f for fs in [*files.values(), *curve_files.values()] for f in fs.values()],
-           metrics={"h5": h5.status, "clinical": clinical.set_index("dataset")[["memsafe_auroc", "lexset_auroc"]]
+           metrics={"h5": h5.status, "clinical": clinical.set_index("setting")[["memsafe_auroc", "lexset_auroc"]]
                     .round(4).to_dict(orient="index")})

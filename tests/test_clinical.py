@@ -58,6 +58,11 @@ def test_a_table_without_the_official_columns_names_file_and_field(tmp_path: Pat
         M.load_clinical("mimic-labs", tmp_path / "nowhere")
 
 
+def _measurement(question: str, kind: str) -> str:
+    return (question.split("most recent ")[1].rstrip("?") if kind == "latest"
+            else question.split("patient's ")[1].split(" change between")[0])
+
+
 def test_clinical_states_are_size_matched_and_exact(tmp_path: Path) -> None:
     synthetic_omr(tmp_path, patients=8, visits=6)
     result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=5)
@@ -73,21 +78,91 @@ def test_clinical_states_are_size_matched_and_exact(tmp_path: Path) -> None:
         g = 2 if kind == "change" else 1
         assert complete.missing_count == 0 and sum(u.is_evidence for u in complete.units) == g
         assert missing.missing_count == g and not any(u.is_evidence for u in missing.units)
-        q = complete.question
-        measurement = (q.split("most recent ")[1].rstrip("?") if kind == "latest"
-                       else q.split("patient's ")[1].split(" change between")[0])
-        assert not any(u.text.split(": ", 1)[1].startswith(measurement + " ") for u in missing.units)
-        # stale: the newest evidence event is gone, an older value of the same measurement is there
-        assert stale.missing_count >= 1 and any(u.text.split(": ", 1)[1].startswith(measurement + " ")
-                                                for u in stale.units)
+        measurement = _measurement(complete.question, kind)
+
+        def asked(v: object, m: str = measurement) -> list[int]:
+            return [int(u.text.split(":")[0].split()[1]) for u in v.units  # type: ignore[attr-defined]
+                    if u.text.split(": ", 1)[1].startswith(m + " ")]
+
+        assert asked(missing) == []
+        # complete: the newest value of the asked measurement; stale: it is gone, an older one is there
+        assert len(asked(complete)) == g and len(asked(stale)) == g and max(asked(stale)) < max(asked(complete))
         day = int(complete.question.split("day ")[1].split(",")[0])
-        assert all(int(u.text.split(":")[0].split()[1]) <= day for v in states.values() for u in v.units)
+        assert all(int(u.text.split(":")[0].split()[1]) < day for v in states.values() for u in v.units)
         if kind == "change":
             rl = states["relation_lost"]
-            assert rl.missing_count == 1 and sum(u.is_evidence for u in rl.units) == 1
+            assert rl.missing_count == 1 and sum(u.is_evidence for u in rl.units) == 1 and len(asked(rl)) == 1
     splits = by_split(result.variants)
     patients = {s: {v.base_id.split("-")[0] for v in vs} for s, vs in splits.items()}
     assert all(not (patients[a] & patients[b]) for a in patients for b in patients if a < b)  # split by patient
+
+
+def test_every_state_of_a_question_shares_its_surface(tmp_path: Path) -> None:
+    """The states differ only in which slots hold the asked measurement: same size, same unit
+    days in the same memory order, same source positions and history size, text lengths
+    within the stand-in gap per slot."""
+    synthetic_omr(tmp_path, patients=8, visits=6)
+    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=5)
+    by_base: dict[str, list] = {}
+    for v in result.variants:
+        by_base.setdefault(v.base_id, []).append(v)
+    assert len(by_base) > 20
+    for variants in by_base.values():
+        days = {tuple(u.text.split(":")[0] for u in v.units) for v in variants}
+        positions = {tuple(u.source_position for u in v.units) for v in variants}
+        assert len(days) == 1 and len(positions) == 1 and len({v.source_units for v in variants}) == 1
+        lengths = [sum(len(u.text) for u in v.units) for v in variants]
+        assert max(lengths) - min(lengths) <= 2 * 3 * CL.MAX_LENGTH_GAP
+
+
+def test_surface_controls_sit_at_chance(tmp_path: Path) -> None:
+    """Paragraph count, text length, provenance and measurement-blind recency, fitted on
+    train, score every split at chance (the old construction: provenance far above it, since a
+    complete memory always held the history's newest event)."""
+    from memsafe_lib.estimators.registry import make_model
+    from memsafe_lib.measures.metrics import unsafe_auroc
+
+    synthetic_omr(tmp_path, patients=16, visits=8)
+    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=5)
+    train = [v for v in result.variants if v.split == "train"]
+    assert train and {v.state for v in train} == {"complete", "missing", "stale", "relation_lost"}
+    for control in ("paragraph_count", "provenance_only", "recency_only", "text_length"):
+        preds = make_model(control, 17).fit(train).predict(result.variants)
+        auroc = unsafe_auroc([v.unsafe for v in result.variants], preds.unsafe_prob)
+        assert 0.45 <= auroc <= 0.55, (control, auroc)
+
+
+def test_a_day_without_a_stand_in_excludes_the_question(tmp_path: Path) -> None:
+    """Blood pressure's text is far longer than weight's or BMI's, so on the synthetic visits it
+    has no stand-in within the gap: its questions are excluded with that reason."""
+    synthetic_omr(tmp_path, patients=4, visits=5)
+    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=4)
+    assert not any("Blood Pressure" in v.question for v in result.variants)
+    assert any(e.reason == CL.NO_STAND_IN and e.stage == "clinical" for e in result.exclusions)
+    wide = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=4, max_length_gap=100)
+    assert any("Blood Pressure" in v.question for v in wide.variants)
+
+
+def test_selection_does_not_depend_on_the_pseudonym_salt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentialed pseudonyms come from a private salt; sampling, caps, splits and memories read
+    the cohort key, so two machines select the same questions with the same memories (only the
+    pseudonyms in the ids differ)."""
+    demo = synthetic_omr(tmp_path / "demo", patients=12, visits=6)
+    table = tmp_path / "cred" / "mimic-iv" / "3.1" / "hosp" / "omr.csv.gz"
+    table.parent.mkdir(parents=True)
+    demo.rename(table)
+    monkeypatch.setenv("MEMSAFE_PRIVATE_CACHE", str(tmp_path / "private"))
+    contents, owners = [], []
+    for salt in ("machine-a", "machine-b"):
+        monkeypatch.setenv("MEMSAFE_PSEUDONYM_SALT", salt)
+        result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path / "cred"), memory_size=5,
+                                   patient_fraction=0.6, question_cap=40)
+        content = {v.variant_id: (v.split, v.state, v.question, tuple(u.text for u in v.units))
+                   for v in result.variants}
+        contents.append(set(content.values()))
+        owners.append({c: vid.split(":")[2].split("-")[0] for vid, c in content.items()})
+    assert contents[0] == contents[1] and len(contents[0]) > 40
+    assert any(owners[0][c] != owners[1][c] for c in owners[0])  # the pseudonyms themselves differ
 
 
 def test_question_cap_and_patient_fraction_are_deterministic(tmp_path: Path) -> None:
@@ -163,3 +238,20 @@ def test_no_demo_subject_id_in_artifacts_or_notebook_outputs() -> None:
             if pattern.search(raw.decode("utf-8", errors="ignore")):
                 hits.append(str(path.relative_to(config.REPO_ROOT)))
     assert scanned > 10 and hits == [], f"subject ids found in {hits}"
+
+
+def test_paper_scale_runs_the_papers_clinical_settings() -> None:
+    """Tables "clinical" and "clinical_curve" at paper scale: OMR at 1/64 with a 1k cap, OMR and
+    laboratory events at 1/16 with a 60k cap; the OMR curve at 1/16 with caps 1k-20k."""
+    from memsafe_lib import config
+
+    paper = config.SCALES["paper"].clinical
+    assert [(s.dataset, s.patient_fraction, s.question_cap) for s in paper.settings] == [
+        ("mimic-omr", 1 / 64, 1000), ("mimic-omr", 1 / 16, 60_000), ("mimic-labs", 1 / 16, 60_000)]
+    assert (paper.curve.dataset, paper.curve.patient_fraction) == ("mimic-omr", 1 / 16)
+    assert [c.question_cap for c in paper.curve_settings()] == [1000, 2500, 5000, 10_000, 20_000]
+    names = [(s.dataset, s.construction) for s in (*paper.settings, *paper.curve_settings())]
+    assert len(set(names)) == len(names) and names[0][1] == "clinical-1in64-cap1000"
+    assert paper.settings[1].label == "OMR, 1/16 patients, 60,000 cap"
+    cpu = config.SCALES["cpu"].clinical  # the 100-patient demo: every patient, capped questions
+    assert {s.patient_fraction for s in cpu.settings} == {1.0}

@@ -39,6 +39,9 @@ DEMO_ROOT = "mimic-iv-demo"
 ROOTS: tuple[str, ...] = (DEMO_ROOT, "mimic-iv")
 PATIENT_SALT = "memsafe-mimic-patient-v1"
 """The open demo's salt only: its ids are public, and its committed results must reproduce anywhere."""
+COHORT_SALT = "memsafe-mimic-cohort-v1"
+"""Salt of :attr:`Event.cohort_key` (sampling and splits), public on purpose: the selection
+must be reproducible wherever the data is."""
 SALT_ENV = "MEMSAFE_PSEUDONYM_SALT"
 """A private salt given by the user (e.g. shared by the machines of one credentialed site)."""
 SALT_FILE = "mimic-pseudonym-salt"
@@ -72,6 +75,11 @@ class Event:
     unit: str
     row: int
     """Data row in its file (0 = first row after the header)."""
+    cohort_key: str = ""
+    """A hash of the subject id under a public salt (:data:`COHORT_SALT`), the same on every
+    machine: patient sampling and splits read it, so a credentialed run selects the same
+    patients everywhere although its pseudonyms are private. Never written anywhere (a public
+    hash of a short id can be reversed). Empty for hand-made events (then the pseudonym serves)."""
 
     def text(self) -> str:
         return f"Day {self.day}: {self.measurement} {self.text_value}{' ' + self.unit if self.unit else ''}"
@@ -175,8 +183,9 @@ def _events(dataset: str, path: Path, frame: pd.DataFrame, times: pd.Series, nam
     work = work.assign(day=(work.time - work.groupby("subject").time.transform("min")).dt.days)
     work = work.sort_values(["subject", "time", "tie"], kind="stable")
     work["order"] = work.groupby("subject").cumcount()
-    events = [Event(ids[r.subject], int(r.day), int(r.order), r.name, float(r.value), r.text, r.unit, int(i))
-              for i, r in zip(work.index, work.itertuples(index=False), strict=True)]
+    cohort = {s: f"{hash_rank(s, COHORT_SALT):016x}" for s in ids}
+    events = [Event(ids[r.subject], int(r.day), int(r.order), r.name, float(r.value), r.text, r.unit, int(i),
+                    cohort[r.subject]) for i, r in zip(work.index, work.itertuples(index=False), strict=True)]
     return events, exclusions
 
 

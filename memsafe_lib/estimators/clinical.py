@@ -9,6 +9,9 @@ measurement, the query day, and per unit its day and value (see
 * :class:`ClinicalRule`: the recency rule a clinician would apply ("unsafe unless a recent
   value of the asked measurement is present"): unsafe score = age of the newest value (the
   two newest for a change question), with the stale/complete age cut-off learned on train.
+* :func:`recency_stats`: a surface control's features: the memory's day offsets from the query
+  day, read *without* looking at which measurement was asked. A construction in which it beats
+  chance leaks the state through recency (notebook 07's control table).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from memsafe_lib.estimators.controls import Predictions
+from memsafe_lib.estimators.controls import FeatureControl, Predictions
 from memsafe_lib.estimators.lexset import MemoryView
 from memsafe_lib.measures.metrics import macro_f1
 from memsafe_lib.variants.construction import COMPLETE, MISSING, RELATION_LOST, STALE, Variant, present_states
@@ -100,6 +103,27 @@ def clinical_set_features(view: MemoryView, scores: np.ndarray) -> list[float]:
     trend = (a - b) / (abs(b) + 1e-9) if a is not None and b is not None else 0.0
     return [float(len(asked)), math.log1p(newest_age), math.log1p(gap), float(np.clip(trend, -10, 10)),
             float(q.kind == "change")]
+
+
+def recency_stats(variant: Variant) -> list[float]:
+    """Measurement-blind recency: log age (days before the query day) of the newest and oldest
+    unit, the mean and spread of the log ages, the number of distinct days, and how many units
+    share the newest day. Never which measurement a unit is, nor its value."""
+    q = parse_question(variant.question)
+    if q is None:
+        raise ValueError(f"{variant.variant_id}: not a clinical question")
+    days = [int(m.group(1)) for u in variant.units if (m := _UNIT.match(u.text))]
+    if not days:
+        return [0.0] * 6
+    ages = np.log1p(np.maximum(q.day - np.array(days, dtype=float), 0.0))
+    newest = max(days)
+    return [float(ages.min()), float(ages.max()), float(ages.mean()), float(ages.std()), float(len(set(days))),
+            float(sum(d == newest for d in days))]
+
+
+def recency_control() -> FeatureControl:
+    """The recency control: logistic regressions on :func:`recency_stats` (clinical data only)."""
+    return FeatureControl("recency_only", recency_stats)
 
 
 def recency_age(variant: Variant) -> float:

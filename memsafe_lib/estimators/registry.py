@@ -11,7 +11,12 @@ from collections.abc import Callable, Sequence
 
 from memsafe_lib.config import PAPER_SEEDS
 from memsafe_lib.estimators.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf
-from memsafe_lib.estimators.clinical import ClinicalRule, clinical_set_features, clinical_unit_features
+from memsafe_lib.estimators.clinical import (
+    ClinicalRule,
+    clinical_set_features,
+    clinical_unit_features,
+    recency_control,
+)
 from memsafe_lib.estimators.concat import ConcatConfig, ConcatCrossEncoder
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import CONTROLS, Estimator
@@ -26,6 +31,7 @@ MODELS: dict[str, Callable[[int], Estimator]] = {
     "lexset": lambda seed: LexSet(seed=seed, construction_groups={
         CLINICAL: (clinical_unit_features, clinical_set_features)}),
     "clinical_rule": lambda seed: ClinicalRule(),
+    "recency_only": lambda seed: recency_control(),
     "retrieval_sim": lambda seed: RetrievalSimilarity(),
 }
 

@@ -23,7 +23,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from memsafe_lib import config
-from memsafe_lib.config import ScaleConfig, encoder_seed_for
+from memsafe_lib.config import ClinicalSetting, ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
@@ -297,9 +297,9 @@ class EvaluationRequest:
     """One ``memsafe evaluate`` run: which dataset, construction and models, trained how.
 
     ``supervision="silver"`` trains on answer-matched per-unit targets, ``train_fraction`` on
-    a nested hash subset of the training questions, ``question_cap`` caps the base questions;
-    each changes the construction's name (``size-matched-silver``, ``size-matched-train25``,
-    ``clinical-cap500``) and so where results and caches go. Results go to
+    a nested hash subset of the training questions, ``clinical`` selects clinical patients and
+    questions; each changes the construction's name (``size-matched-silver``,
+    ``size-matched-train25``, ``clinical-1in16-cap5000``) and so where results and caches go. Results go to
     ``<folder>/<dataset>/<construction>/`` (notebook 03 keeps its ablations apart from Table
     "main"); fitted models are cached under ``evaluate/`` for every folder, so a model
     already fitted for another table is only loaded."""
@@ -310,7 +310,7 @@ class EvaluationRequest:
     folder: str = config.EVALUATE
     supervision: str = "gold"
     train_fraction: float = 1.0
-    question_cap: int | None = None
+    clinical: ClinicalSetting | None = None
 
     def __post_init__(self) -> None:
         if self.supervision not in ("gold", "silver"):
@@ -330,7 +330,7 @@ class _PreparedRun:
 def _prepare(request: EvaluationRequest, seeds: Sequence[int], scale: ScaleConfig, progress: bool,
              device: str | None) -> _PreparedRun:
     """Build the construction and, for neural models, run Stage A (cached)."""
-    loaded, result = build(request.dataset, request.construction, scale, question_cap=request.question_cap)
+    loaded, result = build(request.dataset, request.construction, scale, clinical=request.clinical)
     if request.supervision == "silver":
         result = with_silver_training(result)
     result = training_subset(result, request.train_fraction)
@@ -392,9 +392,9 @@ def run_evaluations(requests: Sequence[EvaluationRequest], seeds: Sequence[int],
 def run_evaluation(dataset: str, models: Sequence[str], seeds: Sequence[int], scale: ScaleConfig,
                    construction: str = "size-matched", progress: bool = True,
                    device: str | None = None, folder: str = config.EVALUATE, supervision: str = "gold",
-                   train_fraction: float = 1.0, question_cap: int | None = None) -> dict[str, Path]:
+                   train_fraction: float = 1.0, clinical: ClinicalSetting | None = None) -> dict[str, Path]:
     """Everything ``memsafe evaluate`` does for one run (see :class:`EvaluationRequest`):
     build, (run Stage A,) fit, score, write, ledger."""
     request = EvaluationRequest(dataset, tuple(models), construction, folder, supervision, train_fraction,
-                                question_cap)
+                                clinical)
     return run_evaluations([request], seeds, scale, progress=progress, device=device)[0]

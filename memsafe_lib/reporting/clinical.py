@@ -1,6 +1,6 @@
-"""Tables and the figure of notebook 07 (clinical memories): the clinical data table, Table
-"clinical" (MemSafe against LexSet with seed wins, beside the recency rule), Table
-"clinical_curve" and its figure. Counts and metrics only: nothing of a person leaves here.
+"""Tables and the figure of notebook 07 (clinical memories): the clinical data table, the
+surface-control table, Table "clinical" (MemSafe against LexSet with seed wins, beside the
+recency rule), Table "clinical_curve" and its figure. Counts and metrics only: nothing of a person leaves here.
 The paper's rows (its own MIMIC-IV construction, credentialed data) are reference only."""
 
 from __future__ import annotations
@@ -13,6 +13,29 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 MODELS: tuple[str, ...] = ("memsafe", "lexset", "clinical_rule")
+CONTROLS: tuple[str, ...] = ("majority", "paragraph_count", "text_length", "provenance_only", "recency_only")
+"""Surface controls: each sees only what a leaky construction would give away."""
+CHANCE_BAND: tuple[float, float] = (0.45, 0.55)
+"""Test unsafe AUROC a control must stay within (the tolerance of the QA rows, notebook 01)."""
+
+
+def control_table(metrics: pd.DataFrame, settings: Sequence[Any], models: Sequence[str]) -> pd.DataFrame:
+    """One row per (setting, model): seed-mean validation and test unsafe AUROC, and for a
+    control whether its test AUROC lies in :data:`CHANCE_BAND` (None for an estimator)."""
+    rows = []
+    for s in settings:
+        for model in models:
+            sel = metrics[(metrics.dataset == s.dataset) & (metrics.construction == s.construction)
+                          & (metrics.model == model)]
+            if sel.empty:
+                continue
+            test = sel[sel.split == "test"].unsafe_auroc.mean()
+            control = model in CONTROLS
+            rows.append({"setting": s.label, "dataset": s.dataset, "model": model,
+                         "role": "control" if control else "estimator",
+                         "validation_auroc": sel[sel.split == "validation"].unsafe_auroc.mean(), "test_auroc": test,
+                         "within_chance": bool(CHANCE_BAND[0] <= test <= CHANCE_BAND[1]) if control else None})
+    return pd.DataFrame(rows)
 
 
 def data_table(accountings: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

@@ -23,13 +23,13 @@ from functools import cache
 from pathlib import Path
 
 from memsafe_lib import config
-from memsafe_lib.config import ScaleConfig
+from memsafe_lib.config import ClinicalSetting, ScaleConfig
 from memsafe_lib.data.loader import load_dataset, require_files
 from memsafe_lib.data.mimic import CLINICAL_DATASETS, load_clinical
 from memsafe_lib.data.records import Exclusion, LoadSummary, RawFile
 from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes, sha256_file, write_json
 from memsafe_lib.progress import log
-from memsafe_lib.variants.clinical import CLINICAL, build_clinical
+from memsafe_lib.variants.clinical import build_clinical
 from memsafe_lib.variants.construction import ConstructionResult, Variant, construct, default_construction
 
 FORMAT = 1
@@ -86,17 +86,18 @@ def _read(variants_file: Path, meta_file: Path) -> tuple[LoadSummary, Constructi
     return loaded, result
 
 
-def build(dataset: str, construction: str | None, scale: ScaleConfig,
-          data_dir: Path | None = None, question_cap: int | None = None) -> tuple[LoadSummary, ConstructionResult]:
+def build(dataset: str, construction: str | None, scale: ScaleConfig, data_dir: Path | None = None,
+          clinical: ClinicalSetting | None = None) -> tuple[LoadSummary, ConstructionResult]:
     """The variants of ``dataset`` under ``construction`` (default: size-matched; native for
     SQuAD 2.0) at ``scale``'s record cap: read from the store, or built from the raw files
     and stored. Raw = used + excluded holds for what is read as for what is built.
 
     Clinical datasets (MIMIC-IV) are built in memory every time and never stored: their
     memories hold a person's measurements, which must not be written under ``artifacts/``.
-    ``question_cap`` overrides the scale's clinical question cap (the learning curve)."""
+    ``clinical`` picks a clinical selection (patient fraction and question cap; default the
+    scale's first setting for the dataset)."""
     if dataset in CLINICAL_DATASETS:
-        return build_clinical_dataset(dataset, scale, data_dir, question_cap)
+        return build_clinical_dataset(dataset, scale, data_dir, clinical)
     construction = construction or default_construction(dataset)
     key = store_key(dataset, construction, scale, data_dir)
     variants_file, meta_file = _paths(dataset, construction, key, scale)
@@ -111,15 +112,15 @@ def build(dataset: str, construction: str | None, scale: ScaleConfig,
 
 
 def build_clinical_dataset(dataset: str, scale: ScaleConfig, data_dir: Path | None = None,
-                           question_cap: int | None = None) -> tuple[LoadSummary, ConstructionResult]:
-    """A clinical dataset at the scale's budget (see :mod:`memsafe_lib.variants.clinical`); the
-    construction is named ``clinical`` or, under a learning-curve cap, ``clinical-cap<N>``."""
+                           setting: ClinicalSetting | None = None) -> tuple[LoadSummary, ConstructionResult]:
+    """A clinical dataset under one selection (see :mod:`memsafe_lib.variants.clinical`), named
+    by it: ``clinical-cap3000``, ``clinical-1in16-cap60000``."""
+    setting = setting or scale.clinical.setting(dataset)
+    if setting.dataset != dataset:
+        raise ValueError(f"clinical setting {setting} is for {setting.dataset}, not {dataset}")
     load = load_clinical(dataset, data_dir)
-    budget = scale.clinical
-    cap = question_cap if question_cap is not None else budget.question_cap
-    result = build_clinical(load, memory_size=budget.memory_size(dataset), patient_fraction=budget.patient_fraction,
-                            question_cap=cap)
-    if question_cap is not None:
-        result.construction = f"{CLINICAL}-cap{question_cap}"
+    result = build_clinical(load, memory_size=scale.clinical.memory_size(dataset),
+                            patient_fraction=setting.patient_fraction, question_cap=setting.question_cap)
+    result.construction = setting.construction
     summary = LoadSummary(dataset, load.files, list(load.exclusions), list(load.warnings))
     return summary, result
