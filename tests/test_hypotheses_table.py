@@ -117,3 +117,32 @@ def test_a_verdict_file_for_another_check_is_refused(tmp_path: Path) -> None:
     write_json(tmp_path / config.NB03_ABLATIONS / "h4.json", {"id": "H5", "status": "pass", "evidence": "e"})
     with pytest.raises(ValueError, match="h4.json"):
         H.hypotheses_table(tmp_path)
+
+
+def test_retired_tables_become_verdict_files_of_their_own_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tree from before the one table: evaluate/ says H1 pass and H4 untested (not its check),
+    03_ablations/ says H4 fail; 07 already wrote h5.json. After the migration the table takes
+    H1 from evaluate, H4 from 03, keeps 07's H5, and the retired tables are gone."""
+    run = SMOKE.run_dir
+    rows = {"H1": "pass", "H2": "fail", "H3": "untested", "H4": "untested", "H5": "untested"}
+    SMOKE.output_dir(config.EVALUATE)
+    pd.DataFrame([{"id": i, "statement": H.STATEMENTS[i], "status": s, "evidence": f"e{i}"} for i, s in rows.items()]
+                 ).to_csv(run / config.EVALUATE / "hypotheses.csv", index=False)
+    pd.DataFrame([{"id": "G2", "statement": "", "status": "pass", "evidence": "invariants"}]
+                 ).to_csv(run / config.EVALUATE / "smoke_gates.csv", index=False)
+    SMOKE.output_dir(config.NB03_ABLATIONS)
+    pd.DataFrame([{"id": "H4", "statement": H.STATEMENTS["H4"], "status": "fail", "evidence": "no bridge wins"},
+                  {"id": "H1", "statement": H.STATEMENTS["H1"], "status": "fail", "evidence": "other runs"}]
+                 ).to_csv(run / config.NB03_ABLATIONS / "hypotheses.csv", index=False)
+    write_json(SMOKE.output_dir(config.NB07_CLINICAL) / "h5.json",
+               {"id": "H5", "status": "pass", "statement": H.STATEMENTS["H5"], "evidence": "clinical"})
+    written = H.migrate_retired_tables(SMOKE)
+    assert {p.name for p in written} == {"h1.json", "h2.json", "g2.json", "h4.json"}
+    assert not any((run / rel).exists() for rel in H.RETIRED_TABLES)
+    table = pd.read_csv(H.write_hypotheses_table(SMOKE), keep_default_na=False).set_index("id")
+    assert table.loc["H1", "status"] == "pass" and table.loc["H1", "source"] == "evaluate/h1.json"
+    assert table.loc["H4", "status"] == "fail" and table.loc["H4", "source"] == "03_ablations/h4.json"
+    assert table.loc["H5", "status"] == "pass" and table.loc["G2", "status"] == "pass"
+    assert "from evaluate/hypotheses.csv" in table.loc["H1", "evidence"]
+    assert H.disagreements(run) == []
+    assert H.migrate_retired_tables(SMOKE) == []  # nothing left to migrate

@@ -332,6 +332,33 @@ def write_hypotheses_table(scale: ScaleConfig) -> Path:
     return path
 
 
+def migrate_retired_tables(scale: ScaleConfig) -> list[Path]:
+    """Turn the retired per-folder tables of a run dir into the verdict files of the one table:
+    each table gives only the rows its own folder decides (``evaluate/hypotheses.csv`` gives
+    H1 and H2, not H4), never overwrites a verdict file a notebook already wrote, and is then
+    deleted; a ledger entry names the tables read and the files written. Committed results
+    from before the one table keep their verdicts without re-running their notebooks."""
+    run_dir = scale.run_dir
+    present = [rel for rel in RETIRED_TABLES if (run_dir / rel).exists()]
+    written: list[Path] = []
+    for rel in present:
+        folder = rel.split("/")[0]
+        table = pd.read_csv(run_dir / rel, keep_default_na=False).set_index("id")
+        for check_id in decided_in(folder):
+            path = run_dir / VERDICT_SOURCES[check_id].path(check_id)
+            if check_id in table.index and not path.exists():
+                row = table.loc[check_id]
+                written.append(write_json(path, {"id": check_id, "statement": str(row.get("statement", "")) or
+                                                 STATEMENTS[check_id], "status": str(row["status"]),
+                                                 "evidence": f"{row['evidence']} (from {rel})"}))
+    if present:
+        record_run("hypotheses-migration", scale, inputs=[run_dir / rel for rel in present], outputs=written,
+                   settings={"retired": present})
+        for rel in present:
+            (run_dir / rel).unlink()
+    return written
+
+
 def disagreements(run_dir: Path, sources: Sequence[str] = RETIRED_TABLES) -> list[str]:
     """Where the one table and another statement of a verdict differ: a row whose verdict file
     says otherwise, or a row of a retired per-folder table (``sources``) that says otherwise.
