@@ -109,8 +109,9 @@ ITEMS: tuple[PaperItem, ...] = (
                "04_transfer/memorization_restricted.csv"), "13",
               _h("MuSiQue test paragraphs also in training", "04_transfer/memorization.csv dataset=musique "
                  "fraction_in_training", "col:paper_fraction_in_training", ".3f"),
-              "a sample of the releases, so paragraph overlap across splits differs; family B from the "
-              "local MuSiQue-Full pairs"),
+              "family B has no test variants (the local MuSiQue copy holds no answerable/unanswerable twins), "
+              "so the A-to-B panel is empty and H3 untested; only the memorization audit is evaluated, on a "
+              "sample of the releases, so paragraph overlap across splits differs"),
     PaperItem("fig:hardening-external", "MuSiQue-trained scores on SQuAD 2.0 dev",
               (("04_transfer", "3 · SQuAD 2.0: a construction we did not build"),),
               ("04_transfer/fig_hardening_external.png", "04_transfer/squad.csv"), "13",
@@ -146,19 +147,19 @@ ITEMS: tuple[PaperItem, ...] = (
               ("06_reader_gating/fig_prevalence.png", "06_reader_gating/prevalence.csv"), "14",
               differs="as Table reader; the paper shows this only as a figure, so no paper number"),
     PaperItem("tab:clinical", "MemSafe, LexSet and the recency rule on clinical memories",
-              (("07_clinical", "3 · Table \"clinical\": MemSafe, LexSet and the recency rule"),),
+              (("07_clinical", "4 · Table \"clinical\": MemSafe, LexSet and the recency rule"),),
               ("07_clinical/clinical.csv",), "15",
               _h("OMR: MemSafe minus LexSet unsafe AUROC", "07_clinical/clinical.csv dataset=mimic-omr "
                  "delta_auroc", "ref:clinical.rows.1.delta_auroc", "+.4f"),
               "the MIMIC-IV demo (paper: credentialed MIMIC-IV) with our own clinical construction"),
     PaperItem("tab:clinical_curve", "the clinical learning curve (question cap varies)",
-              (("07_clinical", "4 · Table \"clinical_curve\": vary only the question cap"),),
+              (("07_clinical", "5 · Table \"clinical_curve\": vary only the question cap"),),
               ("07_clinical/clinical_curve.csv",), "15",
               _h("MemSafe minus LexSet at the smallest cap", "07_clinical/clinical_curve.csv cap=250 "
                  "dataset=mimic-omr delta_auroc", "ref:clinical_curve.rows.0.delta_auroc", "+.4f"),
               "question caps from ClinicalBudget.curve_caps on the demo (paper: 1k-20k)"),
     PaperItem("fig:clinicalreader", "left panel: the clinical learning curve",
-              (("07_clinical", "4 · Table \"clinical_curve\": vary only the question cap"),),
+              (("07_clinical", "5 · Table \"clinical_curve\": vary only the question cap"),),
               ("07_clinical/fig_clinical_curve.png",), "15",
               _h("training variants where MemSafe first leads", "07_clinical/clinical_crossing.csv "
                  "dataset=mimic-omr memsafe_leads_from_train_variants", "ref:clinical_curve.rows.1.train_variants",
