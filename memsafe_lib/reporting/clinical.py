@@ -31,7 +31,7 @@ def control_table(metrics: pd.DataFrame, settings: Sequence[Any], models: Sequen
                 continue
             test = sel[sel.split == "test"].unsafe_auroc.mean()
             control = model in CONTROLS
-            rows.append({"setting": s.label, "dataset": s.dataset, "model": model,
+            rows.append({"setting": s.label, "dataset": s.dataset, "construction": s.construction, "model": model,
                          "role": "control" if control else "estimator",
                          "validation_auroc": sel[sel.split == "validation"].unsafe_auroc.mean(), "test_auroc": test,
                          "within_chance": bool(CHANCE_BAND[0] <= test <= CHANCE_BAND[1]) if control else None})
