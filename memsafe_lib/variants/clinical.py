@@ -124,7 +124,8 @@ class _Group:
     measurement: str
     query_day: int
     anchors: tuple[Event, Event, Event]
-    stand_ins: tuple[Event, Event, Event]
+    stand_ins: tuple[Event, ...]
+    """One per anchor, in slot order."""
     fillers: tuple[Event, ...]
     history: int
     day_position: dict[int, int]
@@ -237,7 +238,7 @@ def _group(c: _Candidate, history: Sequence[Event], memory_size: int) -> _Group:
     first_of_day: dict[int, int] = {}
     for i, e in enumerate(history[: c.history]):
         first_of_day.setdefault(e.day, i)
-    return _Group(c.key, c.patient, c.measurement, c.query_day, c.anchors, c.stand_ins,  # type: ignore[arg-type]
+    return _Group(c.key, c.patient, c.measurement, c.query_day, c.anchors, c.stand_ins,
                   tuple(fillers[: memory_size - SLOTS]), c.history, first_of_day)
 
 
