@@ -115,19 +115,28 @@ def _answer(kind: Kind, events: Sequence[Event]) -> str:
 
 
 @dataclass(frozen=True)
-class _Group:
-    """One (patient, measurement, k): the slots' events, their stand-ins and the fillers, which
-    every state and both kinds share."""
+class _Candidate:
+    """A (patient, measurement, k) that passed every check; fillers are drawn only for the
+    groups a question cap keeps (drawing them is most of the cost on laboratory events)."""
 
     key: str
+    stable: str
+    """The key with the cohort key for the pseudonym: what every hash here reads."""
     patient: str
     measurement: str
     query_day: int
     anchors: tuple[Event, Event, Event]
     stand_ins: tuple[Event, ...]
-    """One per anchor, in slot order."""
-    fillers: tuple[Event, ...]
     history: int
+
+
+@dataclass(frozen=True)
+class _Group:
+    """A kept candidate with what every state and both kinds share besides its slots: the
+    fillers, and each day's source position."""
+
+    c: _Candidate
+    fillers: tuple[Event, ...]
     day_position: dict[int, int]
     """Day -> history index of the day's first event (every unit's source position)."""
 
@@ -155,26 +164,10 @@ def _stand_ins(group: str, anchors: Sequence[Event], same_day: dict[int, list[Ev
 def _memory(g: _Group, holds: tuple[bool, bool, bool], evidence: set[int]) -> tuple[MemoryUnit, ...]:
     """The slots (anchor or stand-in) and fillers, ordered by day; within a day a slot sorts by
     its anchor's rank whichever event fills it, so memory positions never depend on the state."""
-    slots = [(a if keep else s, a.order) for a, s, keep in zip(g.anchors, g.stand_ins, holds, strict=True)]
+    slots = [(a if keep else s, a.order) for a, s, keep in zip(g.c.anchors, g.c.stand_ins, holds, strict=True)]
     items = sorted([*slots, *((f, f.order) for f in g.fillers)], key=lambda x: (x[0].day, x[1]))
     return tuple(MemoryUnit(f"{e.patient}:{e.order}", "", e.text(), e.order in evidence, i, g.day_position[e.day])
                  for i, (e, _) in enumerate(items))
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    """A (patient, measurement, k) that passed every check; fillers are drawn only for the
-    groups a question cap keeps (drawing them is most of the cost on laboratory events)."""
-
-    key: str
-    stable: str
-    """The key with the cohort key for the pseudonym: what every hash here reads."""
-    patient: str
-    measurement: str
-    query_day: int
-    anchors: tuple[Event, Event, Event]
-    stand_ins: tuple[Event, ...]
-    history: int
 
 
 def _candidates(load: ClinicalLoad, memory_size: int, patient_fraction: float, max_gap: int,
@@ -238,8 +231,7 @@ def _group(c: _Candidate, history: Sequence[Event], memory_size: int) -> _Group:
     first_of_day: dict[int, int] = {}
     for i, e in enumerate(history[: c.history]):
         first_of_day.setdefault(e.day, i)
-    return _Group(c.key, c.patient, c.measurement, c.query_day, c.anchors, c.stand_ins,
-                  tuple(fillers[: memory_size - SLOTS]), c.history, first_of_day)
+    return _Group(c, tuple(fillers[: memory_size - SLOTS]), first_of_day)
 
 
 def build_clinical(load: ClinicalLoad, *, memory_size: int = 8, patient_fraction: float = 1.0,
@@ -264,17 +256,17 @@ def build_clinical(load: ClinicalLoad, *, memory_size: int = 8, patient_fraction
     groups = [_group(c, histories[c.patient], memory_size) for c in candidates]
     variants: list[Variant] = []
     for g in groups:
-        split = assign_split(g.anchors[0].cohort_key or g.patient)
-        series = [*g.anchors]
+        split = assign_split(g.c.anchors[0].cohort_key or g.c.patient)
+        series = [*g.c.anchors]
         for kind in kinds:
-            base = f"{g.key}-{kind}"
-            evidence = {g.anchors[2].order} if kind == "latest" else {g.anchors[1].order, g.anchors[2].order}
-            question, answer = _question(kind, g.measurement, g.query_day), _answer(kind, series)
+            base = f"{g.c.key}-{kind}"
+            evidence = {g.c.anchors[2].order} if kind == "latest" else {g.c.anchors[1].order, g.c.anchors[2].order}
+            question, answer = _question(kind, g.c.measurement, g.c.query_day), _answer(kind, series)
             for state, holds in SLOT_STATES[kind]:
                 units = _memory(g, holds, evidence)
                 missing = len(evidence) - sum(u.is_evidence for u in units)
                 variants.append(Variant(f"{CLINICAL}:{load.dataset}:{base}:{state}", base, load.dataset, CLINICAL,
-                                        state, split, missing, question, (answer,), units, len(evidence), g.history))
+                                        state, split, missing, question, (answer,), units, len(evidence), g.c.history))
             if kind == "latest":
                 absent.append(Exclusion(load.dataset, base, NO_RELATION_LOST, "", -1, CLINICAL))
     return ConstructionResult(load.dataset, CLINICAL, variants, list(load.exclusions) + exclusions, absent)
