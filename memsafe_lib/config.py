@@ -179,6 +179,18 @@ class NeuralBudget:
     """Training pairs per fold encoder (a hash-ordered subset); None = all (one epoch)."""
     finetune_lr: float = 2e-5
     """Encoder body learning rate of Stage A fine-tuning (the paper does not state its own)."""
+    finetune_head_lr: float = 1e-3
+    """Learning rate of the relevance head (a new linear head, or a bi-encoder's cosine scale and bias)."""
+    stage_a_scorer: str = "cross"
+    """``cross``: the paper's cross-encoder fold encoders; ``bi``: the start read as the
+    bi-encoder it was trained as (cosine of separately embedded query and unit), fine-tuned on
+    the same evidence label (:mod:`memsafe_lib.encodings.biencoder`)."""
+    stage_a_features: str = "product"
+    """``bi`` only: what Stage B reads of a pair (``product`` or ``unit_product``)."""
+    stage_a_pool: tuple[str, ...] = ()
+    """Datasets whose fold encoders are shared: each fold encoder trains on that hash fold's
+    training pairs of every dataset listed (each under the pair cap), and serves them all.
+    Empty: every dataset tunes its own. Never lists a transfer target (SQuAD 2.0)."""
     stage_b_epochs: int = 30
     stage_b_bf16: bool = False
     """Stage B (the set model) under bf16 autocast; see :attr:`SetModelConfig.bf16`."""

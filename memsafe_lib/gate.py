@@ -28,8 +28,9 @@ from safetensors.torch import load_file, save
 
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig, encoder_seed_for
-from memsafe_lib.encodings.encoders import CrossEncoder, EncoderConfig, Pair, PretrainedRanker, make_ranker, unit_string
+from memsafe_lib.encodings.encoders import EncoderConfig, Pair, PretrainedRanker, make_ranker, unit_string
 from memsafe_lib.encodings.finetune import encode_with_folds
+from memsafe_lib.encodings.stagea import FoldEncoder, fold_encoder
 from memsafe_lib.errors import DataFormatError
 from memsafe_lib.estimators.controls import without_provenance
 from memsafe_lib.estimators.lexset import UnitFeaturizer
@@ -92,7 +93,7 @@ def memory_variant(query: str, units: Sequence[Any], source_positions: Sequence[
 
 
 class Gate:
-    def __init__(self, config: dict[str, Any], encoders: tuple[CrossEncoder, CrossEncoder], bi: PretrainedRanker,
+    def __init__(self, config: dict[str, Any], encoders: tuple[FoldEncoder, FoldEncoder], bi: PretrainedRanker,
                  tokens: TokenBuilder, model: SetModel) -> None:
         self.config = config
         self.encoders = encoders
@@ -103,7 +104,7 @@ class Gate:
     # -- building and saving
 
     @classmethod
-    def from_estimator(cls, estimator: MemSafe, encoders: tuple[CrossEncoder, CrossEncoder], bi: PretrainedRanker,
+    def from_estimator(cls, estimator: MemSafe, encoders: tuple[FoldEncoder, FoldEncoder], bi: PretrainedRanker,
                        metadata: Mapping[str, Any]) -> Gate:
         if estimator.model is None or estimator.tokens is None:
             raise ValueError("the estimator is not fitted")
@@ -155,7 +156,7 @@ class Gate:
                                    **({"model": encoder_model} if encoder_model else {})})
         encoders = []
         for k in (0, 1):
-            enc = CrossEncoder(enc_cfg, seed=int(config["seed"]))
+            enc = fold_encoder(enc_cfg, int(config["seed"]))
             enc.load_state_dict(load_file(root / f"encoder_fold{k}.safetensors"))
             encoders.append(enc.eval())
         bi = make_ranker(enc_cfg)

@@ -98,6 +98,11 @@ class EncoderConfig:
     pooling: str = "mean"
     """``mean`` (how all-MiniLM was trained) or ``cls`` (how MS MARCO cross-encoders read out)."""
     device: str = "cpu"
+    scorer: str = "cross"
+    """How a fold encoder scores a pair: ``cross`` (one joint pass over q and u, :class:`CrossEncoder`)
+    or ``bi`` (separate passes, cosine: :class:`~memsafe_lib.encodings.biencoder.BiEncoderScorer`)."""
+    features: str = "product"
+    """``bi`` only: what Stage B reads of a pair (see :data:`memsafe_lib.encodings.biencoder.FEATURES`)."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +284,8 @@ def encode_pairs(model: CrossEncoder, pairs: Sequence[Pair], cache: EncodingCach
     Each unique pair is encoded at most once (within the call and across calls via
     ``cache``); missing pairs are sorted by token length and batched with dynamic padding.
     """
+    if getattr(model, "separate_inputs", False):  # a bi-encoder embeds texts, not pairs
+        return model.encode_pairs(pairs, cache, progress=progress, stats=stats)  # type: ignore[attr-defined,no-any-return]
     stats = stats if stats is not None else EncodeStats()
     fp = model.fingerprint()
     keys = [_digest(fp, p.query, p.bridge or "", p.unit) for p in pairs]

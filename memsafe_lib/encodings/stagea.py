@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save
 
 from memsafe_lib import config as config_mod
 from memsafe_lib.config import NeuralBudget
+from memsafe_lib.encodings.biencoder import BiEncoderScorer
 from memsafe_lib.encodings.encoders import (
     CrossEncoder,
     EncoderConfig,
@@ -47,6 +48,18 @@ from memsafe_lib.variants.construction import Variant, train_fold
 
 FINE_TUNED_RELEVANCE = "fine-tuned relevance head"
 
+FoldEncoder = CrossEncoder | BiEncoderScorer
+"""A fold encoder: a cross-encoder (joint pass) or a bi-encoder (cosine of two passes)."""
+
+
+def fold_encoder(config: EncoderConfig, seed: int) -> FoldEncoder:
+    """The fold encoder ``config.scorer`` names, at its start (a seeded new head where it needs one)."""
+    if config.scorer == "cross":
+        return CrossEncoder(config, seed=seed)
+    if config.scorer == "bi":
+        return BiEncoderScorer(config, seed=seed)
+    raise ValueError(f"unknown Stage A scorer {config.scorer!r}; choose 'cross' or 'bi'")
+
 
 @dataclass(frozen=True)
 class StageAConfig:
@@ -67,14 +80,16 @@ class StageAConfig:
         pooling = budget.encoder_pooling
         if pooling is None:
             pooling = "cls" if has_relevance_head(load_hf_config(resolve_model(budget.encoder))) else "mean"
-        encoder = EncoderConfig(model=budget.encoder, max_length=budget.max_length, pooling=pooling, device=device)
-        return cls(encoder, FinetuneConfig(lr=budget.finetune_lr, max_pairs=budget.finetune_max_pairs))
+        encoder = EncoderConfig(model=budget.encoder, max_length=budget.max_length, pooling=pooling, device=device,
+                                scorer=budget.stage_a_scorer, features=budget.stage_a_features)
+        return cls(encoder, FinetuneConfig(lr=budget.finetune_lr, max_pairs=budget.finetune_max_pairs,
+                                           head_lr=budget.finetune_head_lr))
 
 
 @dataclass
 class StageAResult:
     encodings: dict[str, VariantEncoding]
-    encoders: tuple[CrossEncoder, CrossEncoder]
+    encoders: tuple[FoldEncoder, FoldEncoder]
     bi: PretrainedRanker
     """Picks u_top (and scores relevance for a frozen encoder)."""
     stats: EncodeStats
@@ -124,14 +139,22 @@ class _FoldJob:
     label: str
 
 
-def _fold_job(config: StageAConfig, train: Sequence[Variant], fold: int, bi: PretrainedRanker, seed: int,
-              cache_dir: Path) -> _FoldJob:
-    members = [v for v in train if train_fold(v.base_id) == fold]
-    pairs, labels = training_pairs(members, bi, config.finetune.include_bridge, config.finetune.max_pairs,
-                                   config.finetune.balanced_cap)
-    key = run_key(CrossEncoder(config.encoder, seed=seed), pairs, labels, config.finetune, seed)
-    label = f"Stage A {train[0].dataset if train else ''} fold {fold} encoder (seed {seed})"
-    return _FoldJob(fold, pairs, labels, key, label)
+def _fold_job(config: StageAConfig, train: Sequence[Variant], fold: int, bi: PretrainedRanker, seed: int) -> _FoldJob:
+    """Fold ``fold``'s training pairs: per dataset among ``train`` (one, or a pool), in dataset
+    name order, each under the pair cap, so every dataset of a pool builds the same job."""
+    datasets = sorted({v.dataset for v in train})
+    pairs: list[Pair] = []
+    labels: list[np.ndarray] = []
+    for dataset in datasets:
+        members = [v for v in train if v.dataset == dataset and train_fold(v.base_id) == fold]
+        p, y = training_pairs(members, bi, config.finetune.include_bridge, config.finetune.max_pairs,
+                              config.finetune.balanced_cap)
+        pairs += p
+        labels.append(y)
+    joined = np.concatenate(labels) if labels else np.zeros(0, np.float32)
+    key = run_key(fold_encoder(config.encoder, seed), pairs, joined, config.finetune, seed)
+    label = f"Stage A {'+'.join(datasets)} fold {fold} encoder (seed {seed})"
+    return _FoldJob(fold, pairs, joined, key, label)
 
 
 def _final_path(cache_dir: Path, job: _FoldJob) -> Path:
@@ -143,7 +166,7 @@ def _tune_fold(shared: tuple[StageAConfig, int, Path, bool], job: _FoldJob) -> i
     and save it (atomically) where :func:`run_stage_a` loads it; a module-level task, so it
     also runs in a worker process (:func:`memsafe_lib.parallel.side_by_side`)."""
     config, seed, cache_dir, progress = shared
-    model = CrossEncoder(config.encoder, seed=seed)
+    model = fold_encoder(config.encoder, seed)
     resumed = " (resuming from its checkpoint)" if (cache_dir / f"finetune-{job.key}.pt").exists() else ""
     with step(f"{job.label}: fine-tune on {len(job.pairs):,} pairs{resumed}"):
         finetune(model, job.pairs, job.labels, config.finetune, seed=seed, checkpoint_dir=cache_dir,
@@ -155,12 +178,12 @@ def _tune_fold(shared: tuple[StageAConfig, int, Path, bool], job: _FoldJob) -> i
 
 
 def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: PretrainedRanker, seed: int,
-                   cache_dir: Path, progress: bool) -> tuple[list[CrossEncoder], list[int]]:
+                   cache_dir: Path, progress: bool) -> tuple[list[FoldEncoder], list[int]]:
     """Both fold encoders: loaded when finished before, else fine-tuned; two unfinished folds
     are tuned side by side on CPU (one thread each, so the weights are the same either way)."""
     if config.frozen:
-        return [CrossEncoder(config.encoder, seed=seed) for _ in (0, 1)], [0, 0]
-    jobs = [_fold_job(config, train, fold, bi, seed, cache_dir) for fold in (0, 1)]
+        return [fold_encoder(config.encoder, seed) for _ in (0, 1)], [0, 0]
+    jobs = [_fold_job(config, train, fold, bi, seed) for fold in (0, 1)]
     finished = [_final_path(cache_dir, job).exists() for job in jobs]
     for job in (job for job, done in zip(jobs, finished, strict=True) if done):
         log(f"{job.label}: resumed from cache")
@@ -168,7 +191,7 @@ def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: Pretraine
     shared = (config, seed, cache_dir, progress)
     workers = min(config_mod.fit_workers() if config.encoder.device == "cpu" else 1, len(todo))
     if workers >= 2:  # the workers' own steps overlap in time: this one step times both folds together
-        dataset = train[0].dataset if train else ""
+        dataset = "+".join(sorted({v.dataset for v in train}))
         with step(f"Stage A {dataset} (seed {seed}): fine-tune on {sum(len(j.pairs) for j in todo):,} pairs, "
                   f"{len(todo)} fold encoders side by side"):
             side_by_side(_tune_fold, todo, shared, label="Stage A fold encoders", workers=workers,
@@ -178,7 +201,7 @@ def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: Pretraine
             _tune_fold(shared, job)
     models = []
     for job in jobs:
-        model = CrossEncoder(config.encoder, seed=seed)
+        model = fold_encoder(config.encoder, seed)
         model.load_state_dict(load_file(_final_path(cache_dir, job)))
         model.eval()
         models.append(model)
@@ -186,15 +209,24 @@ def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: Pretraine
 
 
 def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, cache_dir: Path,
-                progress: bool = True) -> StageAResult:
-    """Fold encoders and the encodings of every variant (train, validation and test)."""
+                progress: bool = True, *, pool_train: Sequence[Variant] = (),
+                encoder_dir: Path | None = None) -> StageAResult:
+    """Fold encoders and the encodings of every variant (train, validation and test).
+
+    ``pool_train``: training memories of other datasets that the fold encoders also train on
+    (each fold on the same hash fold of every dataset, so a training memory is still encoded
+    only by the encoder that never saw its question); their encoders are saved in
+    ``encoder_dir`` (shared by the pool's datasets, which then tune them once)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
+    encoder_dir = encoder_dir or cache_dir
+    encoder_dir.mkdir(parents=True, exist_ok=True)
     cache = EncodingCache(cache_dir / "encodings.sqlite")
     timings: dict[str, float] = {}
     start = time.perf_counter()
     bi = make_ranker(config.encoder, cache)
     train = [v for v in variants if v.split == "train"]
-    encoders, sizes = _fold_encoders(config, train, bi, seed, cache_dir, progress)
+    pool = [v for v in pool_train if v.split == "train"]
+    encoders, sizes = _fold_encoders(config, train + pool, bi, seed, encoder_dir, progress)
     timings["finetune"] = time.perf_counter() - start
     stats = EncodeStats()
     start = time.perf_counter()

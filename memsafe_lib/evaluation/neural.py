@@ -34,6 +34,7 @@ from memsafe_lib.precision import signature
 from memsafe_lib.progress import log, step
 from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split
 from memsafe_lib.variants.store import build
+from memsafe_lib.variants.supervision import training_subset, with_silver_training
 
 GRID_DATASET = "musique"
 """The paper selects the Stage B configuration on MuSiQue validation and uses it everywhere."""
@@ -44,10 +45,37 @@ def stage_a_dir(scale: ScaleConfig, dataset: str) -> Path:
     return model_cache_dir(scale, dataset) / "stage_a"
 
 
+def pooled_encoder_dir(scale: ScaleConfig) -> Path:
+    """Fold encoders shared by the datasets of ``NeuralBudget.stage_a_pool`` (not committed)."""
+    return scale.cache_dir(config.NB02_TRAINING) / "stage_a_pooled"
+
+
+def pool_training(result: ConstructionResult, scale: ScaleConfig) -> list[Variant]:
+    """The other pooled datasets' training memories that ``result``'s fold encoders also train
+    on; none when its dataset is not in the pool. They are derived as ``result`` was (same
+    construction, silver targets, training fraction), so an ablation or a learning-curve point
+    changes what Stage A sees on every pooled dataset alike."""
+    pool = scale.neural.stage_a_pool
+    if result.dataset not in pool:
+        return []
+    out = []
+    for dataset in pool:
+        if dataset == result.dataset:
+            continue
+        other = build(dataset, result.source_construction, scale)[1]
+        if result.silver:
+            other = with_silver_training(other)
+        other = training_subset(other, result.training_fraction)
+        out += [v for v in other.variants if v.split == "train"]
+    return out
+
+
 def stage_a_for(result: ConstructionResult, scale: ScaleConfig, encoder_seed: int, device: str = "cpu",
                 progress: bool = True, frozen: bool = False, relevance_only: bool = False) -> StageAResult:
     stage_a = replace(StageAConfig.for_budget(scale.neural, device), frozen=frozen, relevance_only=relevance_only)
-    return run_stage_a(result.variants, stage_a, encoder_seed, stage_a_dir(scale, result.dataset), progress)
+    pool = pool_training(result, scale) if not frozen else []
+    return run_stage_a(result.variants, stage_a, encoder_seed, stage_a_dir(scale, result.dataset), progress,
+                       pool_train=pool, encoder_dir=pooled_encoder_dir(scale) if pool else None)
 
 
 def grid_file(scale: ScaleConfig) -> Path:
@@ -156,7 +184,8 @@ def context_summary(context: NeuralContext) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- what a cached fit read
 
-STAGE_A_BUDGET: tuple[str, ...] = ("encoder", "encoder_pooling", "max_length", "finetune_max_pairs", "finetune_lr")
+STAGE_A_BUDGET: tuple[str, ...] = ("encoder", "encoder_pooling", "max_length", "finetune_max_pairs", "finetune_lr",
+                                    "finetune_head_lr", "stage_a_scorer", "stage_a_features", "stage_a_pool")
 """Budget fields that make a Stage A: in the key of every model that reads its encodings (with
 the encoder seed read and the fold encoders' weights, :func:`stage_a_fingerprint`)."""
 STAGE_B_BUDGET: tuple[str, ...] = ("stage_b_epochs", "stage_b_bf16", "stage_b_patience", "full_grid")

@@ -132,6 +132,17 @@ class ConstructionResult:
     """Base records not used by this construction (beyond the loader's exclusions)."""
     absent: list[Exclusion] = field(default_factory=list)
     """Used base queries that lack one state (e.g. relation-lost), with the reason."""
+    base_construction: str = ""
+    """The construction this was derived from (silver targets, a training subset); "" = itself."""
+    silver: bool = False
+    """Training units carry silver evidence targets (:func:`~memsafe_lib.variants.supervision.with_silver_training`)."""
+    training_fraction: float = 1.0
+    """The hash subset of training questions kept (:func:`~memsafe_lib.variants.supervision.training_subset`)."""
+
+    @property
+    def source_construction(self) -> str:
+        """The construction to build for another dataset that this result's Stage A pools with."""
+        return self.base_construction or self.construction
 
     def state_counts(self) -> Counter[str]:
         return Counter(v.state for v in self.variants)

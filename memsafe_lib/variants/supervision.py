@@ -59,7 +59,9 @@ def with_silver_training(result: ConstructionResult) -> ConstructionResult:
             v = replace(v, units=units)
         variants.append(v)
     return ConstructionResult(result.dataset, f"{result.construction}-silver", variants,
-                              list(result.exclusions), list(result.absent))
+                              list(result.exclusions), list(result.absent),
+                              base_construction=result.source_construction, silver=True,
+                              training_fraction=result.training_fraction)
 
 
 def silver_quality(variants: Sequence[Variant]) -> dict[str, Any]:
@@ -86,4 +88,6 @@ def training_subset(result: ConstructionResult, fraction: float) -> Construction
         return result
     variants = [v for v in result.variants if v.split != "train" or in_training_subset(v.base_id, fraction)]
     return ConstructionResult(result.dataset, f"{result.construction}-train{round(fraction * 100)}", variants,
-                              list(result.exclusions), list(result.absent))
+                              list(result.exclusions), list(result.absent),
+                              base_construction=result.source_construction, silver=result.silver,
+                              training_fraction=result.training_fraction * fraction)
