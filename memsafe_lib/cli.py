@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memsafe_lib import config
-from memsafe_lib.config import ScaleConfig
+from memsafe_lib.config import FAMILY_A_DATASETS, ScaleConfig
 from memsafe_lib.data.download import main_download
 from memsafe_lib.data.loader import DATASETS, discover_files, load_dataset
 from memsafe_lib.encodings.encoders import default_device
@@ -23,7 +23,7 @@ from memsafe_lib.estimators.registry import model_group
 from memsafe_lib.evaluation.audit import audit
 from memsafe_lib.evaluation.runs import run_evaluation
 from memsafe_lib.evaluation.summary import summarize
-from memsafe_lib.gate import Gate, read_memories, train_gate
+from memsafe_lib.gate import Gate, gate_datasets, read_memories, train_gate
 from memsafe_lib.io import atomic_open, write_json, write_jsonl
 from memsafe_lib.ledger import record_run
 from memsafe_lib.notebooks import available, run_notebook, up_to_date
@@ -129,6 +129,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     files = run_evaluation(args.dataset, models, seeds, scale, args.construction, device=args.device)
     print(json.dumps({k: str(v) for k, v in files.items()}, indent=2))
     return 0
+
+
+def _gate_datasets(text: str) -> tuple[str, ...]:
+    try:
+        return gate_datasets(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -250,8 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scale(p)
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("train", help="fit MemSafe on a dataset and save it as a gate (safetensors + config)")
-    p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
+    p = sub.add_parser("train", help="fit MemSafe on one or more QA datasets and save it as a gate "
+                                      "(safetensors + config)")
+    p.add_argument("--dataset", required=True, type=_gate_datasets, metavar="DATASET[,DATASET...]",
+                   help=f"one of {', '.join(FAMILY_A_DATASETS)}, or several comma-separated: one gate trained "
+                        "on all of them (fold encoders and set model)")
     p.add_argument("--seed", type=int, default=None, help="default: the scale's first seed")
     p.add_argument("--out", default=None, help="gate directory (default: artifacts/<scale>/gates/<dataset>-seed<k>)")
     _add_device(p)

@@ -41,7 +41,7 @@ from memsafe_lib.evaluation.runs import EVAL_SPLITS, split_metrics
 from memsafe_lib.io import atomic_open
 from memsafe_lib.ledger import data_fingerprint, fingerprint, record_run
 from memsafe_lib.measures.risk_control import RiskControl, ltt_threshold
-from memsafe_lib.variants.construction import COMPLETE, STATES, MemoryUnit, Variant, by_split
+from memsafe_lib.variants.construction import COMPLETE, STATES, ConstructionResult, MemoryUnit, Variant, by_split
 from memsafe_lib.variants.store import build
 
 FORMAT_VERSION = 2
@@ -262,11 +262,55 @@ def read_memories(path: str | Path) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- training a gate
 
 
-def train_gate(dataset: str, scale: ScaleConfig, seed: int | None = None, out: Path | None = None,
+def per_dataset_metrics(estimator: MemSafe, splits: dict[str, list[Variant]],
+                        datasets: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """A joint gate's validation and test metrics on each dataset's memories, with and without
+    provenance (what it is worth on each source, not only on the pooled mix)."""
+    out: dict[str, dict[str, Any]] = {}
+    for dataset in datasets:
+        for s in EVAL_SPLITS:
+            part = [v for v in splits.get(s, []) if v.dataset == dataset]
+            if part:
+                bare = [without_provenance(v) for v in part]
+                out.setdefault(dataset, {})[s] = split_metrics(part, estimator.predict(part))
+                out[dataset][f"{s}_without_provenance"] = split_metrics(bare, estimator.predict(bare))
+    return out
+
+
+def gate_datasets(spec: str | Sequence[str]) -> tuple[str, ...]:
+    """``musique`` or ``musique,hotpotqa,2wikimultihopqa`` (the order does not matter: one
+    gate per set of datasets); each must be a QA dataset other than the transfer target."""
+    names = [spec] if isinstance(spec, str) else list(spec)
+    datasets = tuple(sorted({part.strip() for name in names for part in name.split(",") if part.strip()}))
+    allowed = set(config.FAMILY_A_DATASETS)
+    if not datasets or not set(datasets) <= allowed:
+        raise ValueError(f"a gate trains on one or more of {sorted(allowed)} (comma-separated), not {spec!r}; "
+                         "SQuAD 2.0 is the out-of-distribution test, never a training set")
+    return datasets
+
+
+def joint_result(datasets: Sequence[str], scale: ScaleConfig) -> tuple[list[Any], ConstructionResult]:
+    """The size-matched memories of every dataset as one training set (each keeps its split
+    and its hash fold, so the fold encoders stay cross-fitted), and what was read."""
+    loads, results = zip(*(build(d, "size-matched", scale) for d in datasets), strict=True)
+    if len(datasets) == 1:
+        return list(loads), results[0]
+    variants = [v for r in results for v in r.variants]
+    return list(loads), ConstructionResult("+".join(datasets), "size-matched", variants,
+                                           [e for r in results for e in r.exclusions],
+                                           [e for r in results for e in r.absent])
+
+
+def train_gate(dataset: str | Sequence[str], scale: ScaleConfig, seed: int | None = None, out: Path | None = None,
                device: str = "cpu", progress: bool = True) -> Path:
-    """``memsafe train``: fit MemSafe on ``dataset`` (train split, selection on validation)
-    and save it as a gate directory with its metrics and fingerprint; returns the path."""
-    loaded, result = build(dataset, "size-matched", scale)
+    """``memsafe train``: fit MemSafe on ``dataset`` (one QA dataset, or several trained as
+    one: the fold encoders on every dataset's pairs, Stage B on every training memory; train
+    split, selection on validation) and save it as a gate directory with its metrics (per
+    dataset too) and fingerprint; returns the path."""
+    datasets = gate_datasets(dataset)
+    loads, result = joint_result(datasets, scale)
+    files = [f for loaded in loads for f in loaded.files]
+    name = result.dataset
     seed = scale.seeds[0] if seed is None else seed
     context = build_context(result, scale, [seed], device, progress)
     splits = by_split(result.variants)
@@ -274,6 +318,8 @@ def train_gate(dataset: str, scale: ScaleConfig, seed: int | None = None, out: P
                         provenance_dropout=GATE_PROVENANCE_DROPOUT)
     estimator.fit(splits["train"], splits.get("validation"))
     metrics = {s: split_metrics(splits[s], estimator.predict(splits[s])) for s in EVAL_SPLITS if splits.get(s)}
+    if len(datasets) > 1:
+        metrics["per_dataset"] = per_dataset_metrics(estimator, splits, datasets)
     calibration: dict[str, list[Any]] = {}
     for s in EVAL_SPLITS:  # what an agent that passes no provenance gets
         if splits.get(s):
@@ -284,15 +330,15 @@ def train_gate(dataset: str, scale: ScaleConfig, seed: int | None = None, out: P
                 calibration = {"unsafe": [bool(v.unsafe) for v in splits[s]],
                                "score": [float(x) for x in estimator.predict(splits[s]).unsafe_prob],
                                "score_without_provenance": [float(x) for x in bare_pred.unsafe_prob]}
-    settings = {"dataset": dataset, "scale": scale.name, "seed": seed, "construction": "size-matched",
-                "provenance_dropout": GATE_PROVENANCE_DROPOUT,
-                "budget": asdict(context.budget), "stage_b": estimator.config, "data": data_fingerprint(loaded.files)}
+    settings = {"dataset": name, "datasets": list(datasets), "scale": scale.name, "seed": seed,
+                "construction": "size-matched", "provenance_dropout": GATE_PROVENANCE_DROPOUT,
+                "budget": asdict(context.budget), "stage_b": estimator.config, "data": data_fingerprint(files)}
     stage_a = context.stage_a[encoder_seed_for(seed, context.budget.encoder_seeds)]
     gate = Gate.from_estimator(estimator, stage_a.encoders, stage_a.bi,
-                               {"dataset": dataset, "scale": scale.name, "calibration": calibration,
-                                "fingerprint": fingerprint(loaded.files, settings),
+                               {"dataset": name, "scale": scale.name, "calibration": calibration,
+                                "fingerprint": fingerprint(files, settings),
                                 "metrics": metrics, "training": settings})
-    path = gate.save(out or scale.output_dir(config.GATES) / f"{dataset}-seed{seed}")
-    record_run(f"train:{dataset}", scale, raw_files=loaded.files, settings=settings,
+    path = gate.save(out or scale.output_dir(config.GATES) / f"{name}-seed{seed}")
+    record_run(f"train:{name}", scale, raw_files=files, settings=settings,
                outputs=[path / "config.json", path / "set_model.safetensors"], metrics=metrics)
     return path

@@ -220,3 +220,37 @@ def test_cli_score_with_a_risk_budget_answers_only_below_the_controlled_threshol
     # a gate without calibration data says what to do
     assert main(["score", "--gate", str(trained.gate_dir), "--input", str(src), "--risk", "0.05"]) == 2
     assert "train it again" in capsys.readouterr().err
+
+
+def test_one_gate_trains_on_several_datasets_with_shared_fold_encoders(tmp_path: Path) -> None:
+    """``memsafe train --dataset musique,hotpotqa``: the fold encoders train on both datasets'
+    pairs (each under the cap), the set model on both training splits, and the gate reports
+    each dataset's metrics with and without provenance beside the pooled ones."""
+    from memsafe_lib.config import SCALES
+    from memsafe_lib.evaluation.neural import stage_a_dir
+    from memsafe_lib.measures.metrics import unsafe_auroc
+    from memsafe_lib.variants.store import build
+
+    smoke = SCALES["smoke"]
+    assert main(["train", "--dataset", "musique,hotpotqa", "--scale", "smoke", "--out", str(tmp_path / "g")]) == 0
+    config = json.loads((tmp_path / "g" / "config.json").read_text())
+    assert config["training"]["datasets"] == ["hotpotqa", "musique"] and config["dataset"] == "hotpotqa+musique"
+    stage_a = json.loads((stage_a_dir(smoke, "hotpotqa+musique") / "stage_a-17.json").read_text())
+    cap = smoke.neural.finetune_max_pairs
+    assert stage_a["train_pairs_per_fold"] == [2 * cap, 2 * cap]  # both datasets' pairs, each capped
+    per = config["metrics"]["per_dataset"]
+    assert set(per) == {"hotpotqa", "musique"}
+    tests = {d: [v for v in build(d, None, smoke)[1].variants if v.split == "test"] for d in per}
+    assert sum(len(t) for t in tests.values()) == config["metrics"]["test"]["n_variants"]
+    musique = tests["musique"]
+    scored = Gate.load(tmp_path / "g").score_variants(musique)
+    assert unsafe_auroc([v.unsafe for v in musique], [o.unsafe_prob for o in scored]) == pytest.approx(
+        per["musique"]["test"]["unsafe_auroc"], abs=0.01)
+    assert "test_without_provenance" in per["musique"]
+
+
+def test_train_refuses_the_transfer_target_and_unknown_datasets(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("squad2", "musique,squad2", "mimic-omr", ","):
+        with pytest.raises(SystemExit):
+            main(["train", "--dataset", bad, "--scale", "smoke"])
+        assert "SQuAD 2.0 is the out-of-distribution test" in capsys.readouterr().err

@@ -10,6 +10,8 @@ cross-encoder over ``[CLS] q [SEP] u [SEP]`` with a new, seeded 1-logit head tha
 fine-tuning makes meaningful, so u_top comes from its cosine similarity as a bi-encoder
 (:class:`BiEncoder`) and the frozen encoder's relevance score is that cosine, never the
 untrained head. Any Hugging Face encoder path or hub id works (``EncoderConfig(model=...)``).
+``EncoderConfig(scorer="bi")`` instead fine-tunes the start as the bi-encoder it was trained
+as (:mod:`memsafe_lib.encodings.biencoder`); :func:`encode_pairs` serves both.
 
 Variants of a base question share most of their units, so encodings are cached on disk,
 keyed by the encoder's fingerprint and the content of (query, bridge unit, unit). The cache

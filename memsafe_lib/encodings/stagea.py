@@ -221,11 +221,14 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     encoder_dir = encoder_dir or cache_dir
     encoder_dir.mkdir(parents=True, exist_ok=True)
     cache = EncodingCache(cache_dir / "encodings.sqlite")
+    pool = [v for v in pool_train if v.split == "train"]
+    # a pool's datasets rank each other's training memories (u_top of every training pair):
+    # one ranker cache beside their shared encoders, so each unit is embedded once for all
+    ranker_cache = EncodingCache(encoder_dir / "ranker.sqlite") if pool else cache
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    bi = make_ranker(config.encoder, cache)
+    bi = make_ranker(config.encoder, ranker_cache)
     train = [v for v in variants if v.split == "train"]
-    pool = [v for v in pool_train if v.split == "train"]
     encoders, sizes = _fold_encoders(config, train + pool, bi, seed, encoder_dir, progress)
     timings["finetune"] = time.perf_counter() - start
     stats = EncodeStats()
@@ -247,6 +250,7 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
             f"{stats.unique:,} unique, {stats.from_cache:,} read from cache, {stats.encoded:,} encoded "
             f"in {elapsed(timings['encode'])}")
     cache.close()
+    ranker_cache.close()
     relevance = bi.description if config.frozen else FINE_TUNED_RELEVANCE
     result = StageAResult({e.variant_id: e for e in encoded}, pair, bi, stats, (sizes[0], sizes[1]), timings,
                           relevance, pair_encodings=not relevance_only)

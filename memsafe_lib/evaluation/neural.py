@@ -74,8 +74,9 @@ def stage_a_for(result: ConstructionResult, scale: ScaleConfig, encoder_seed: in
                 progress: bool = True, frozen: bool = False, relevance_only: bool = False) -> StageAResult:
     stage_a = replace(StageAConfig.for_budget(scale.neural, device), frozen=frozen, relevance_only=relevance_only)
     pool = pool_training(result, scale) if not frozen else []
+    joint = len({v.dataset for v in result.variants}) > 1  # a gate trained on several datasets
     return run_stage_a(result.variants, stage_a, encoder_seed, stage_a_dir(scale, result.dataset), progress,
-                       pool_train=pool, encoder_dir=pooled_encoder_dir(scale) if pool else None)
+                       pool_train=pool, encoder_dir=pooled_encoder_dir(scale) if pool or joint else None)
 
 
 def grid_file(scale: ScaleConfig) -> Path:
