@@ -23,7 +23,7 @@ from memsafe_lib.estimators.registry import model_group
 from memsafe_lib.evaluation.audit import audit
 from memsafe_lib.evaluation.runs import run_evaluation
 from memsafe_lib.evaluation.summary import summarize
-from memsafe_lib.gate import Gate, gate_datasets, read_memories, train_gate
+from memsafe_lib.gate import Gate, gate_datasets, metrics_lines, read_memories, train_gate
 from memsafe_lib.io import atomic_open, write_json, write_jsonl
 from memsafe_lib.ledger import record_run
 from memsafe_lib.notebooks import available, run_notebook, up_to_date
@@ -143,6 +143,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     path = train_gate(args.dataset, scale, args.seed, Path(args.out) if args.out else None,
                       device=args.device or default_device())
     print(f"saved gate: {path}")
+    print("\n".join(metrics_lines(json.loads((path / "config.json").read_text())["metrics"])))
+    print(f"(every metric: \"metrics\" in {path / 'config.json'})")
     return 0
 
 

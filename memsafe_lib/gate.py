@@ -301,6 +301,26 @@ def joint_result(datasets: Sequence[str], scale: ScaleConfig) -> tuple[list[Any]
                                            [e for r in results for e in r.absent])
 
 
+def metrics_lines(metrics: Mapping[str, Any]) -> list[str]:
+    """A trained gate's unsafe AUROC on its validation and test memories, with and without
+    provenance (and per dataset for a joint gate), as printed by ``memsafe train``."""
+
+    def row(name: str, block: Mapping[str, Any]) -> list[str]:
+        out = []
+        for split in EVAL_SPLITS:
+            if split in block:
+                bare = block.get(f"{split}_without_provenance", {}).get("unsafe_auroc")
+                out.append(f"  {name + ' ' + split:<34} {block[split]['unsafe_auroc']:>8.3f} "
+                           f"{'' if bare is None else f'{bare:>10.3f}'}   ({block[split]['n_variants']:,} memories)")
+        return out
+
+    lines = [f"  {'unsafe AUROC':<34} {'with':>8} {'without':>10}   provenance"]
+    lines += row("all", metrics)
+    for dataset, block in metrics.get("per_dataset", {}).items():
+        lines += row(dataset, block)
+    return lines
+
+
 def train_gate(dataset: str | Sequence[str], scale: ScaleConfig, seed: int | None = None, out: Path | None = None,
                device: str = "cpu", progress: bool = True) -> Path:
     """``memsafe train``: fit MemSafe on ``dataset`` (one QA dataset, or several trained as

@@ -129,3 +129,25 @@ def test_pooled_memories_are_derived_as_the_asking_result_was() -> None:
     assert all(v.units == silver[v.variant_id].units for v in extra)  # silver targets, as musique's
     assert pool_training(result, scale) == []  # no pool: own pairs only
     assert pool_training(build("squad2", None, pooled)[1], pooled) == []  # never pools the transfer target
+
+
+def test_a_bi_encoder_gate_scores_after_a_round_trip_as_it_did_in_memory(tmp_path: object) -> None:
+    from memsafe_lib.estimators.memsafe import MemSafe
+    from memsafe_lib.estimators.setmodel import SetModelConfig
+    from memsafe_lib.gate import Gate
+    from tests.test_finetune import query
+
+    variants = C.build_size_matched([query(i) for i in range(40)]).variants
+    config = S.StageAConfig(replace(CONFIG, max_length=48, batch_size=16),
+                            F.FinetuneConfig(max_pairs=16, batch_size=8, bf16=False, head_lr=1e-2))
+    result = S.run_stage_a(variants, config, seed=17, cache_dir=tmp_path / "a", progress=False)  # type: ignore[operator]
+    assert result.stats.encoded < result.stats.requested  # texts, not pairs
+    splits = C.by_split(variants)
+    model = MemSafe(result.encodings, seed=17, base=SetModelConfig(width=32, heads=2, epochs=2))
+    model.fit(splits["train"], splits["validation"])
+    path = Gate.from_estimator(model, result.encoders, result.bi, {"dataset": "synthetic"}).save(tmp_path / "g")  # type: ignore[operator]
+    gate = Gate.load(path)
+    assert isinstance(gate.encoders[0], B.BiEncoderScorer) and gate.encoders[0].config.scorer == "bi"
+    test = splits["test"]
+    scored = [o.unsafe_prob for o in gate.score_variants(test)]
+    np.testing.assert_allclose(scored, model.predict(test).unsafe_prob, atol=1e-5)

@@ -222,7 +222,8 @@ def test_cli_score_with_a_risk_budget_answers_only_below_the_controlled_threshol
     assert "train it again" in capsys.readouterr().err
 
 
-def test_one_gate_trains_on_several_datasets_with_shared_fold_encoders(tmp_path: Path) -> None:
+def test_one_gate_trains_on_several_datasets_with_shared_fold_encoders(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """``memsafe train --dataset musique,hotpotqa``: the fold encoders train on both datasets'
     pairs (each under the cap), the set model on both training splits, and the gate reports
     each dataset's metrics with and without provenance beside the pooled ones."""
@@ -234,6 +235,11 @@ def test_one_gate_trains_on_several_datasets_with_shared_fold_encoders(tmp_path:
     smoke = SCALES["smoke"]
     assert main(["train", "--dataset", "musique,hotpotqa", "--scale", "smoke", "--out", str(tmp_path / "g")]) == 0
     config = json.loads((tmp_path / "g" / "config.json").read_text())
+    printed = capsys.readouterr().out
+    for name, block in (("all", config["metrics"]), *config["metrics"]["per_dataset"].items()):
+        line = next(x for x in printed.splitlines() if x.strip().startswith(f"{name} test "))
+        assert line.split()[2:4] == [f"{block['test']['unsafe_auroc']:.3f}",
+                                     f"{block['test_without_provenance']['unsafe_auroc']:.3f}"]
     assert config["training"]["datasets"] == ["hotpotqa", "musique"] and config["dataset"] == "hotpotqa+musique"
     stage_a = json.loads((stage_a_dir(smoke, "hotpotqa+musique") / "stage_a-17.json").read_text())
     cap = smoke.neural.finetune_max_pairs
