@@ -15,16 +15,18 @@ Stage B uses the point notebook 02 selected on MuSiQue validation under today's 
 precision and patience. Stage A is the library's own (:func:`memsafe_lib.evaluation.neural.stage_a_for`)
 with the point's budget, so its encoders and encodings land in the caches a notebook run
 with that budget reuses. Each finished (point, dataset) row and each fit is cached under
-``.cache/stage_a_study/``; a killed run resumes.
+``.cache/stage_a_study/``, keyed by the code it ran (:data:`STUDY_CODE`); a killed run resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import time
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +43,7 @@ from memsafe_lib.estimators.selection import validation_scores
 from memsafe_lib.estimators.setmodel import SetModelConfig
 from memsafe_lib.evaluation.neural import stage_a_for
 from memsafe_lib.io import canonical_json, sha256_bytes, write_json
-from memsafe_lib.ledger import code_fingerprint, environment
+from memsafe_lib.ledger import environment, module_fingerprint
 from memsafe_lib.measures.metrics import average_precision, unsafe_auroc
 from memsafe_lib.parallel import side_by_side
 from memsafe_lib.precision import bf16_native
@@ -67,6 +69,15 @@ POINTS: dict[str, dict[str, Any]] = {
 STAGE_B_POINT = {"width": 256, "dropout": 0.1, "lr": 3e-4}
 """Notebook 02's selection at cpu (``artifacts/cpu/02_training/stage_b_grid.json``)."""
 ENCODER_SEED = 17
+STUDY_CODE = ("memsafe_lib.evaluation.neural", "memsafe_lib.estimators.registry")
+"""What a row computes with (Stage A, the variants, MemSafe, LexSet, and what they import): its
+cache survives edits elsewhere (the CLI, reports, notebooks), not edits to these."""
+
+
+def study_code() -> str:
+    h = hashlib.sha256(module_fingerprint(*STUDY_CODE).encode())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()
 
 
 def slug(text: str) -> str:
@@ -109,6 +120,7 @@ def _fit(shared: tuple[str, Any, dict[str, list[Variant]], SetModelConfig], seed
 def seed_aurocs(kind: str, encodings: Any, splits: dict[str, list[Variant]], set_config: SetModelConfig,
                 seeds: tuple[int, ...], cache: Any, key: dict[str, Any]) -> list[float]:
     path = cache / f"{kind}-{sha256_bytes(canonical_json(key).encode())[:20]}.json"
+    key = json.loads(json.dumps(key))  # as it reads back (tuples as lists)
     if path.exists() and json.loads(path.read_text())["key"] == key:
         return list(json.loads(path.read_text())["aurocs"])
     aurocs = side_by_side(_fit, list(seeds), (kind, encodings, splits, set_config), label=f"{kind} fits")
@@ -126,7 +138,7 @@ def study_row(name: str, scale: ScaleConfig, dataset: str, cache: Any) -> dict[s
     stage_a = stage_a_for(result, point_scale, ENCODER_SEED, "cpu", progress=True)
     wall = time.perf_counter() - start
     set_config = SetModelConfig.for_budget(budget, **STAGE_B_POINT)
-    code = code_fingerprint()
+    code = study_code()
     memsafe = seed_aurocs("memsafe", stage_a.encodings, splits, set_config, scale.seeds, cache,
                           {"point": POINTS[name], "dataset": dataset, "code": code, "stage_b": asdict(set_config)})
     lexset = seed_aurocs("lexset", None, splits, set_config, scale.seeds, cache, {"dataset": dataset, "code": code})
@@ -162,7 +174,7 @@ def main() -> None:
     for name in args.points:
         for dataset in args.datasets:
             done = cache / f"row-{slug(name)}-{dataset}.json"
-            settings = {"point": POINTS[name], "code": code_fingerprint(), "scale": scale.name}
+            settings = json.loads(json.dumps({"point": POINTS[name], "code": study_code(), "scale": scale.name}))
             if done.exists() and (saved := json.loads(done.read_text()))["settings"] == settings:
                 row = saved["row"]
             else:
