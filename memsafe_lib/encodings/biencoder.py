@@ -19,10 +19,8 @@ once however many pairs they enter (cached on disk like pair encodings).
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 import torch
@@ -34,13 +32,12 @@ from memsafe_lib.encodings.encoders import (
     EncoderConfig,
     EncodeStats,
     EncodingCache,
+    FoldEncoderBase,
     Pair,
-    _check_window,
     _digest,
     resolve_model,
     weights_fingerprint,
 )
-from memsafe_lib.precision import use_bf16
 
 FEATURES: tuple[str, ...] = ("product", "unit_product")
 """What Stage B reads of a bi-encoder pair (see the module docstring)."""
@@ -65,7 +62,7 @@ class CosineHead(nn.Module):
         return self.scale * cos + self.bias
 
 
-class BiEncoderScorer(nn.Module):
+class BiEncoderScorer(FoldEncoderBase):
     """A fold encoder that embeds query and unit separately (same interface as
     :class:`~memsafe_lib.encodings.encoders.CrossEncoder`: ``tokenize``, ``forward`` returning
     ``(representation, logit)``, ``fingerprint``, ``at_window``, ``truncated``)."""
@@ -88,10 +85,6 @@ class BiEncoderScorer(nn.Module):
         self.to(config.device)
 
     @property
-    def bf16(self) -> bool:
-        return use_bf16(self.config.bf16, self.config.device)
-
-    @property
     def hidden_size(self) -> int:
         width = int(self.backbone.config.hidden_size)
         return 2 * width if self.config.features == "unit_product" else width
@@ -102,15 +95,6 @@ class BiEncoderScorer(nn.Module):
         run and one text cache; models reading the features are keyed by the budget's
         ``stage_a_features`` (:func:`memsafe_lib.evaluation.neural.fit_inputs`)."""
         return weights_fingerprint(self, f"bi|{self.config.max_length}|{self.bf16}")
-
-    def at_window(self, max_length: int) -> BiEncoderScorer:
-        """The same weights reading texts through a ``max_length``-token window."""
-        if max_length == self.config.max_length:
-            return self
-        _check_window(max_length, self.backbone.config)
-        wider = copy.copy(self)
-        wider.config = replace(self.config, max_length=max_length)
-        return wider
 
     # -- texts
 

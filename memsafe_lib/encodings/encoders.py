@@ -143,7 +143,31 @@ def _check_window(max_length: int, hf_config: Any) -> None:
         raise ValueError(f"a {max_length}-token window does not fit the encoder's {limit} positions")
 
 
-class CrossEncoder(nn.Module):
+class FoldEncoderBase(nn.Module):
+    """What every fold encoder shares: its ``config`` (an :class:`EncoderConfig`), a Hugging
+    Face ``backbone``, the precision it computes in, and reading through another window."""
+
+    config: EncoderConfig
+    backbone: Any
+
+    @property
+    def bf16(self) -> bool:
+        """Whether this encoder computes under bf16 autocast (asked for, and fast here)."""
+        return use_bf16(self.config.bf16, self.config.device)
+
+    def at_window(self, max_length: int) -> Any:
+        """The same weights (shared, not copied) reading pairs through a ``max_length``-token
+        window: a transfer target with longer paragraphs (SQuAD 2.0) read by the fold encoders
+        as trained. Its fingerprint, so every encoding cache key, holds the window."""
+        if max_length == self.config.max_length:
+            return self
+        _check_window(max_length, self.backbone.config)
+        wider = copy.copy(self)  # a new attribute dict; parameters and submodules are this one's
+        wider.config = replace(self.config, max_length=max_length)
+        return wider
+
+
+class CrossEncoder(FoldEncoderBase):
     """Transformer encoder + pooled unit representation + 1-logit relevance head.
 
     A checkpoint with a trained one-logit classification head keeps it (``pretrained_head``);
@@ -174,28 +198,12 @@ class CrossEncoder(nn.Module):
         self.to(config.device)
 
     @property
-    def bf16(self) -> bool:
-        """Whether this encoder computes under bf16 autocast (asked for, and fast here)."""
-        return use_bf16(self.config.bf16, self.config.device)
-
-    @property
     def hidden_size(self) -> int:
         return int(self.backbone.config.hidden_size)
 
     def fingerprint(self) -> str:
         """Hash of the weights and the settings that change an encoding (not batch size)."""
         return weights_fingerprint(self, f"{self.config.max_length}|{self.config.pooling}|{self.bf16}")
-
-    def at_window(self, max_length: int) -> CrossEncoder:
-        """The same weights (shared, not copied) reading pairs through a ``max_length``-token
-        window: a transfer target with longer paragraphs (SQuAD 2.0) read by the fold encoders
-        as trained. Its fingerprint, so every encoding cache key, holds the window."""
-        if max_length == self.config.max_length:
-            return self
-        _check_window(max_length, self.backbone.config)
-        wider = copy.copy(self)  # a new attribute dict; parameters and submodules are this one's
-        wider.config = replace(self.config, max_length=max_length)
-        return wider
 
     def tokenize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         return self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation="longest_first",
