@@ -23,7 +23,16 @@ from memsafe_lib.estimators.registry import model_group
 from memsafe_lib.evaluation.audit import audit
 from memsafe_lib.evaluation.runs import run_evaluation
 from memsafe_lib.evaluation.summary import summarize
-from memsafe_lib.gate import Gate, gate_datasets, metrics_lines, read_memories, train_gate
+from memsafe_lib.gate import (
+    OVERSIZE_FACTOR,
+    Gate,
+    abstain_reason,
+    gate_datasets,
+    metrics_lines,
+    oversized,
+    read_memories,
+    train_gate,
+)
 from memsafe_lib.io import atomic_open, write_json, write_jsonl
 from memsafe_lib.ledger import record_run
 from memsafe_lib.notebooks import available, run_notebook, up_to_date
@@ -164,8 +173,15 @@ def cmd_score(args: argparse.Namespace) -> int:
             print(f"memsafe: --risk {args.risk:g}: {control.guarantee}; threshold "
                   f"{'none (abstain on all)' if control.threshold is None else control.threshold} for "
                   f"{len(idx)} memories {'with' if form else 'without'} provenance", file=sys.stderr)
+            if control.threshold is None:
+                print(f"memsafe: {abstain_reason(control)}", file=sys.stderr)
     for memory, out, decision in zip(memories, outputs, decisions, strict=True):
         lines.append(json.dumps({"id": memory.get("id"), **out.to_dict(), **decision}))
+    big = oversized([len(m["units"]) for m in memories], gate.config)
+    if big:
+        print(f"memsafe: warning: {len(big)} of {len(memories)} memories hold more than {OVERSIZE_FACTOR}x the units "
+              f"of the largest training memory ({gate.config['train_memory_units']['max']}); their scores "
+              f"extrapolate (first: {memories[big[0]].get('id', big[0])})", file=sys.stderr)
     cut = [o.truncated_units for o in outputs]
     if any(cut):
         print(f"memsafe: warning: {sum(cut)} of {sum(len(m['units']) for m in memories)} units in "

@@ -18,17 +18,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save
 
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig, encoder_seed_for
-from memsafe_lib.encodings.encoders import EncoderConfig, Pair, PretrainedRanker, make_ranker, unit_string
+from memsafe_lib.encodings.encoders import (
+    EncoderConfig,
+    Pair,
+    PretrainedRanker,
+    make_ranker,
+    quiet_transformers,
+    unit_string,
+)
 from memsafe_lib.encodings.finetune import encode_with_folds
 from memsafe_lib.encodings.stagea import FoldEncoder, fold_encoder
 from memsafe_lib.errors import DataFormatError
@@ -155,11 +164,12 @@ class Gate:
         enc_cfg = EncoderConfig(**{**config["encoder"], "device": device,
                                    **({"model": encoder_model} if encoder_model else {})})
         encoders = []
-        for k in (0, 1):
-            enc = fold_encoder(enc_cfg, int(config["seed"]))
-            enc.load_state_dict(load_file(root / f"encoder_fold{k}.safetensors"))
-            encoders.append(enc.eval())
-        bi = make_ranker(enc_cfg)
+        with quiet_transformers():  # three "Loading weights" bars per load say nothing to a user
+            for k in (0, 1):
+                enc = fold_encoder(enc_cfg, int(config["seed"]))
+                enc.load_state_dict(load_file(root / f"encoder_fold{k}.safetensors"))
+                encoders.append(enc.eval())
+            bi = make_ranker(enc_cfg)
         tensors = load_file(root / "set_model.safetensors")
         scales = {name: Standardizer(tensors[f"scale.{name}.mean"].numpy(), tensors[f"scale.{name}.std"].numpy())
                   for name in ("unit", "provenance")}
@@ -219,6 +229,31 @@ class Gate:
         return ["answer" if t is not None and o.unsafe_prob <= t else "abstain" for o in outputs]
 
 
+OVERSIZE_FACTOR = 2
+"""A memory with more than this many times the largest training memory's units is flagged:
+the set model never saw one that size, so its score is an extrapolation."""
+
+
+def oversized(unit_counts: Sequence[int], config: Mapping[str, Any]) -> list[int]:
+    """Indices of memories far larger than any the gate trained on (none for a gate that did
+    not record its training sizes)."""
+    largest = config.get("train_memory_units", {}).get("max")
+    if not largest:
+        return []
+    return [i for i, n in enumerate(unit_counts) if n > OVERSIZE_FACTOR * largest]
+
+
+def abstain_reason(control: RiskControl) -> str:
+    """Why no threshold met the risk budget, and what would: with zero unsafe memories among
+    the n it accepts, the Learn-then-Test p-value is (1 - alpha)^n, which must reach delta/|grid|."""
+    needed = math.ceil(math.log(control.level) / math.log(1 - control.alpha)) if 0 < control.level < 1 else None
+    need = (f"even with no unsafe one among them, the guarantee needs at least {needed} accepted safe "
+            "validation memories" if needed else "the guarantee cannot be met")
+    return (f"no threshold meets risk {control.alpha:g} at delta {control.delta:g} on this gate's "
+            f"{control.n_calibration} validation memories ({need}); abstaining on all. Use a gate trained "
+            "on more data (e.g. `memsafe train --scale cpu`) or a looser --risk or --delta")
+
+
 def read_memories(path: str | Path) -> list[dict[str, Any]]:
     """JSON Lines of ``{"id"?, "query": str, "units": [str | {"title", "text"}], "source_positions"?,
     "source_units"?}``; any other shape stops with file, line and field named."""
@@ -230,7 +265,8 @@ def read_memories(path: str | Path) -> list[dict[str, Any]]:
             try:
                 row = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise DataFormatError(path, f"not valid JSON ({exc})", line=n) from None
+                raise DataFormatError(path, f"not valid JSON ({exc}); memsafe reads JSON Lines, one memory object "
+                                      "per line (not a JSON array or a pretty-printed object)", line=n) from None
             rid = str(row.get("id")) if isinstance(row, dict) and "id" in row else None
             if not isinstance(row, dict):
                 raise DataFormatError(path, "each line must be a JSON object", line=n)
@@ -321,6 +357,12 @@ def metrics_lines(metrics: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def unit_count_summary(variants: Sequence[Variant]) -> dict[str, float]:
+    """Units per training memory, so `memsafe score` can flag a memory far outside them."""
+    counts = np.array([len(v.units) for v in variants])
+    return {"min": int(counts.min()), "median": float(np.median(counts)), "max": int(counts.max())}
+
+
 def train_gate(dataset: str | Sequence[str], scale: ScaleConfig, seed: int | None = None, out: Path | None = None,
                device: str = "cpu", progress: bool = True) -> Path:
     """``memsafe train``: fit MemSafe on ``dataset`` (one QA dataset, or several trained as
@@ -356,6 +398,7 @@ def train_gate(dataset: str | Sequence[str], scale: ScaleConfig, seed: int | Non
     stage_a = context.stage_a[encoder_seed_for(seed, context.budget.encoder_seeds)]
     gate = Gate.from_estimator(estimator, stage_a.encoders, stage_a.bi,
                                {"dataset": name, "scale": scale.name, "calibration": calibration,
+                                "train_memory_units": unit_count_summary(splits["train"]),
                                 "fingerprint": fingerprint(files, settings),
                                 "metrics": metrics, "training": settings})
     path = gate.save(out or scale.output_dir(config.GATES) / f"{name}-seed{seed}")

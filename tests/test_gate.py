@@ -12,11 +12,13 @@ import pytest
 
 from memsafe_lib.cli import main
 from memsafe_lib.encodings import stagea
-from memsafe_lib.encodings.encoders import EncoderConfig
+from memsafe_lib.encodings.encoders import EncoderConfig, Pair
 from memsafe_lib.encodings.finetune import FinetuneConfig
+from memsafe_lib.errors import DataFormatError
 from memsafe_lib.estimators.memsafe import MemSafe
 from memsafe_lib.estimators.setmodel import SetModelConfig
-from memsafe_lib.gate import Gate, memory_variant
+from memsafe_lib.gate import Gate, abstain_reason, memory_variant, oversized, read_memories
+from memsafe_lib.measures.risk_control import ltt_threshold
 from memsafe_lib.variants import construction as C
 
 from .test_finetune import query
@@ -260,3 +262,34 @@ def test_train_refuses_the_transfer_target_and_unknown_datasets(capsys: pytest.C
         with pytest.raises(SystemExit):
             main(["train", "--dataset", bad, "--scale", "smoke"])
         assert "SQuAD 2.0 is the out-of-distribution test" in capsys.readouterr().err
+
+
+def test_a_json_array_input_is_told_json_lines_is_expected(tmp_path: Path) -> None:
+    path = tmp_path / "memories.json"
+    path.write_text(json.dumps([{"query": "q", "units": ["a"]}], indent=2))
+    with pytest.raises(DataFormatError, match="JSON Lines, one memory object per line"):
+        read_memories(path)
+
+
+def test_loading_and_scoring_a_gate_prints_no_library_noise(trained: Trained,
+                                                             capfd: pytest.CaptureFixture[str]) -> None:
+    gate = Gate.load(trained.gate_dir)
+    gate.encoders[0].truncated([Pair("q", "word " * 2000)])  # longer than the model's 512 positions
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "Token indices" not in err
+    from transformers.utils import logging as hf_logging
+    assert hf_logging.is_progress_bar_enabled()  # the user's own setting is left as it was
+
+
+def test_an_abstain_on_all_budget_says_how_many_memories_it_would_need() -> None:
+    control = ltt_threshold([False] * 6, [0.1] * 6, alpha=0.05, delta=0.1)
+    assert control.threshold is None
+    # zero errors among n accepted memories: binomial p-value (1 - alpha)^n must reach delta / |grid|
+    needed = next(n for n in range(1, 10_000) if 0.95**n <= control.level)
+    text = abstain_reason(control)
+    assert f"{needed} " in text and "6 validation memories" in text and "--scale cpu" in text
+
+
+def test_memories_far_larger_than_the_training_ones_are_flagged() -> None:
+    assert oversized([3, 12, 80], {"train_memory_units": {"max": 20}}) == [2]
+    assert oversized([3, 12, 80], {}) == []  # a gate trained before sizes were recorded

@@ -113,8 +113,8 @@ class BiEncoderScorer(FoldEncoderBase):
         """Per pair: whether its query side or its unit is longer than the window."""
         if not pairs:
             return np.zeros(0, dtype=bool)
-        firsts = self.tokenizer([p.first() for p in pairs], truncation=False)["input_ids"]
-        units = self.tokenizer([p.unit for p in pairs], truncation=False)["input_ids"]
+        firsts = self.tokenizer([p.first() for p in pairs], truncation=False, verbose=False)["input_ids"]
+        units = self.tokenizer([p.unit for p in pairs], truncation=False, verbose=False)["input_ids"]
         return np.array([max(len(a), len(b)) > self.config.max_length for a, b in zip(firsts, units, strict=True)])
 
     # -- pairs (training)

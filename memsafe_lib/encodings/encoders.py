@@ -26,6 +26,7 @@ import copy
 import hashlib
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,6 +46,21 @@ PACKAGED_MINILM = PACKAGED_ENCODER
 
 class EncoderUnavailableError(FileNotFoundError):
     """An encoder that cannot be loaded here (offline, not cached, not a local directory)."""
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' weight-loading progress bars for a block, then restore the
+    caller's setting (a library must not change it for the whole process)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def default_device() -> str:
@@ -214,7 +230,8 @@ class CrossEncoder(FoldEncoderBase):
         encoder sees only a prefix of it (so a user can be told, not just served a score)."""
         if not pairs:
             return np.zeros(0, dtype=bool)
-        ids = self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation=False)["input_ids"]
+        ids = self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation=False,
+                             verbose=False)["input_ids"]  # counting lengths: no "indexing errors" warning
         return np.array([len(x) > self.config.max_length for x in ids], dtype=bool)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
