@@ -402,13 +402,20 @@ SCALES: dict[str, ScaleConfig] = {
         # epochs without a better validation score: the smallest patience that kept the full
         # run's epoch in 17 of 18 QA fits and 3 of 3 clinical ones (bench/stage_b_patience.py,
         # rule fixed before the run).
+        # Stage A fold encoders are pooled over the three multi-hop QA datasets (each fold
+        # encoder tunes on that hash fold's 4,000-pair cap of MuSiQue, HotpotQA and 2Wiki and
+        # serves all three; SQuAD 2.0 and clinical data never pooled): in the Stage A study
+        # (bench/stage_a_study.py, validation only, 3 Stage B seeds) it was the one point with
+        # MemSafe ahead of LexSet on all three datasets and ahead of the per-dataset encoders
+        # (validation unsafe AUROC 0.797 / 0.837 / 0.968 vs 0.752 / 0.829 / 0.945; LexSet
+        # 0.728 / 0.809 / 0.957) at the same fine-tuning steps in all (one pair instead of three).
         # SQuAD 2.0 (notebook 04) is read at 320 tokens: the window whose truncation share of
         # SQuAD dev's 11,873 (question, "title: paragraph") pairs is nearest the paper's 4.79%
         # (exact all-MiniLM-L6-v2 tokenization, no forward pass): 85.58% at 128, 12.11% at 256,
         # 7.49% at 288, 5.31% at 304, 4.40% at 320, 3.68% at 336, 3.14% at 352, 1.89% at 384,
         # 0.83% at 512. Bridge pairs (q || u_top, u), twice the paragraph: 49.52% at 320.
         neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=128,
-                            transfer_max_length=320,
+                            transfer_max_length=320, stage_a_pool=FAMILY_A_DATASETS,
                             finetune_max_pairs=4000, finetune_lr=1e-4, stage_b_bf16=True, stage_b_patience=15,
                             concat_max_train=120, judge_max_base_queries=6),
         # The open demo has 100 patients, so cpu keeps every patient (the paper's 1/64 and 1/16

@@ -113,6 +113,15 @@ def test_the_paper_scale_starts_from_the_ms_marco_cross_encoder() -> None:
     assert SCALES["cpu"].with_encoder(None) is SCALES["cpu"]
 
 
+def test_cpu_pools_the_cross_encoder_over_the_three_qa_datasets_and_paper_keeps_its_recipe() -> None:
+    """The Stage A study's decision (REPORT, "The Stage A study"): at cpu one cross-encoder pair
+    per fold serves MuSiQue, HotpotQA and 2Wiki; never the transfer target or clinical data."""
+    cpu = SCALES["cpu"].neural
+    assert cpu.stage_a_scorer == "cross" and sorted(cpu.stage_a_pool) == ["2wikimultihopqa", "hotpotqa", "musique"]
+    assert cpu.finetune_max_pairs == 4000  # per dataset per fold, as before pooling
+    assert SCALES["paper"].neural.stage_a_pool == ()
+
+
 def test_budget_pooling_follows_the_checkpoint(cross_path: Path, bare_path: Path) -> None:
     cpu = SCALES["cpu"]
     assert StageAConfig.for_budget(cpu.with_encoder(str(cross_path)).neural).encoder.pooling == "cls"
