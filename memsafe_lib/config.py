@@ -376,11 +376,14 @@ SCALES: dict[str, ScaleConfig] = {
         # epochs, 24 training memories for the concatenated cross-encoder, one judged question,
         # 90 clinical questions with two curve points, one learning-curve point in notebook 03
         # (see LEARNING_CURVE_03), and one read question in notebook 06 (its parameters cell).
+        # Stage A is pooled over the three QA datasets as at cpu (one fold-encoder pair tuned
+        # on 64 pairs per dataset per fold serves all three: the same steps as three pairs),
+        # so CI runs the path the cpu results take.
         max_base_queries=60,
         seeds=PAPER_SEEDS[:1],
         description="CI: every notebook on small real subsets, minutes on 2 CPU cores.",
         neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=32,
-                            finetune_max_pairs=64, stage_b_epochs=4, stage_b_bf16=True,
+                            stage_a_pool=FAMILY_A_DATASETS, finetune_max_pairs=64, stage_b_epochs=4, stage_b_bf16=True,
                             full_grid=False, concat_max_train=24, concat_max_length=128,
                             judge_max_base_queries=1),
         clinical=ClinicalBudget(settings=(ClinicalSetting("mimic-omr", 1.0, 90),

