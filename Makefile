@@ -2,7 +2,7 @@
 #   make reproduce   install, then execute every notebook at SCALE (default: cpu)
 #   make test        install with dev extras, then pytest (library + notebooks), nbval, memsafe verify
 #   make dry-run     every notebook at the paper's settings on a few questions (CPU, stand-in models)
-#   make lab         JupyterLab on notebooks/, the .py notebooks open as notebooks
+#   make lab         JupyterLab opened at notebooks/, the .py notebooks open as notebooks
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -11,7 +11,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check
 SHELL  := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: install readers reproduce test dry-run lab lint clean-smoke
+.PHONY: install readers reproduce test dry-run lab lab-check lint clean-smoke
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,8 +59,17 @@ test: install
 dry-run: install
 	$(BIN)/python -m pytest -m paper_dry tests/test_notebooks.py
 
+# Served from the repository root (so jupytext reads jupytext.toml and the executed copies
+# under artifacts/ open too), starting in notebooks/: memsafe_lib/lab.py.
 lab: install
-	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(BIN)/python -m memsafe_lib.lab
+
+# The lab tests in a real browser: headless Chromium (Debian's package; needs root and apt)
+# driven by Playwright, then tests/test_lab.py (open, save, git-clean, executed copy).
+lab-check: install
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	$(PIP) install -q playwright 2>&1 | sed "/^WARNING: Location/d"
+	$(BIN)/python -m pytest -q tests/test_lab.py
 
 lint: install
 	$(BIN)/ruff check memsafe_lib tests notebooks bench

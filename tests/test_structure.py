@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("evaluation",),
     ("reporting",),
     ("gate",),
-    ("notebooks",),
+    ("notebooks", "lab"),
     ("verify",),
     ("cli",),
 )

@@ -1,0 +1,147 @@
+"""`make lab`, as a user meets it: the server ``memsafe_lib.lab`` starts (loopback only, a token,
+bounded in time) on the real repository, not a copy of it. Saving writes the tracked notebook
+files themselves; each test restores their bytes whatever happens."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from memsafe_lib import config
+from memsafe_lib.lab import START_FOLDER, lab_argv
+from memsafe_lib.notebooks import available
+
+TOKEN = "memsafe-test"
+EXECUTED = "artifacts/cpu/02_training/02_training.ipynb"
+"""A committed executed copy (any scale's would do; cpu's are in every clone)."""
+
+
+@dataclass(frozen=True)
+class Lab:
+    port: int
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def request(self, path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url(path), data=data, method="GET" if body is None else "PUT",
+                                         headers={"Authorization": f"token {TOKEN}",
+                                                  "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+
+def _lab_overrides() -> Path:
+    return Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if not _lab_overrides().exists():
+        pytest.skip("JupyterLab settings not installed in this environment (make install writes them)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    home = tmp_path_factory.mktemp("home")  # no user settings of this machine leak in
+    server = subprocess.Popen(lab_argv(port=port, token=TOKEN, open_browser=False), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(home)})
+    running = Lab(port)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                running.request("/api/status")
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.5)
+        yield running
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture()
+def notebook_bytes() -> Iterator[dict[Path, bytes]]:
+    """The notebooks' bytes before a test, written back after it."""
+    before = {p: p.read_bytes() for p in sorted(config.notebooks_dir().glob("[0-9][0-9]_*.py"))}
+    try:
+        yield before
+    finally:
+        for path, data in before.items():
+            if path.read_bytes() != data:
+                path.write_bytes(data)
+
+
+def test_lab_serves_py_notebooks_as_notebooks_with_our_kernel(lab: Lab) -> None:
+    settings = lab.request("/lab/api/settings/@jupyterlab/docmanager-extension:plugin")
+    assert settings["schema"]["properties"]["defaultViewers"]["default"]["python"] == "Jupytext Notebook"
+    model = lab.request(f"/api/contents/{START_FOLDER}/01_construction_audit.py?type=notebook&content=1")
+    assert model["type"] == "notebook" and model["content"]["metadata"]["kernelspec"]["name"] == "memsafe"
+    assert "memsafe" in lab.request("/api/kernelspecs")["kernelspecs"]
+
+
+def test_saving_every_notebook_from_the_lab_keeps_the_committed_bytes(lab: Lab,
+                                                                      notebook_bytes: dict[Path, bytes]) -> None:
+    """What JupyterLab's save does (read the notebook model, write it back) leaves each file
+    byte for byte as it was: no jupytext version header, no reformatting."""
+    for name in available():
+        path = f"/api/contents/{START_FOLDER}/{name}.py"
+        model = lab.request(f"{path}?type=notebook&content=1")
+        lab.request(path, {"type": "notebook", "format": "json", "content": model["content"]})
+        source = config.notebooks_dir() / f"{name}.py"
+        assert source.read_bytes() == notebook_bytes[source], f"saving {name} changed the file"
+
+
+def test_the_executed_copies_open_beside_the_sources(lab: Lab) -> None:
+    model = lab.request(f"/api/contents/{EXECUTED}?type=notebook&content=1")
+    assert model["type"] == "notebook" and model["content"]["cells"]
+    assert any(c.get("outputs") for c in model["content"]["cells"] if c["cell_type"] == "code")
+    with urllib.request.urlopen(lab.url(f"/?token={TOKEN}"), timeout=30) as response:  # follows the redirect
+        assert response.url.split("?")[0].endswith(f"/lab/tree/{START_FOLDER}")
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium not installed (make lab-check installs it)")
+def test_in_a_browser_open_save_and_open_an_executed_copy(lab: Lab, notebook_bytes: dict[Path, bytes],
+                                                          tmp_path: Path) -> None:
+    """A user's round trip in headless Chromium: the notebook opens unmodified, Ctrl+S leaves
+    the file as committed, and an executed copy opens with its outputs."""
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright not installed (make lab-check)")
+    source = config.notebooks_dir() / "02_training.py"
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(lab.url(f"/lab/tree/{START_FOLDER}/{source.name}?token={TOKEN}"))
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+        tab = page.locator(".lm-TabBar-tab.lm-mod-current").first
+        page.wait_for_timeout(2_000)  # a tab marked modified right after opening shows by now
+        assert "jp-mod-dirty" not in (tab.get_attribute("class") or ""), "the notebook opens as modified"
+        saved_before = source.stat().st_mtime_ns
+        page.locator(".jp-Notebook").first.click()
+        page.keyboard.press("Control+s")
+        deadline = time.monotonic() + 30
+        while source.stat().st_mtime_ns == saved_before and time.monotonic() < deadline:
+            page.wait_for_timeout(250)
+        assert source.stat().st_mtime_ns != saved_before, "Ctrl+S did not save"
+        assert source.read_bytes() == notebook_bytes[source], "saving from the browser changed the file"
+        page.goto(lab.url(f"/lab/tree/{EXECUTED}?token={TOKEN}"))
+        page.wait_for_selector(".jp-Notebook .jp-OutputArea-output", timeout=90_000)
+        page.screenshot(path=str(tmp_path / "executed.png"))
+        browser.close()
