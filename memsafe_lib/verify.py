@@ -74,8 +74,10 @@ def _latest_outputs(entries: Sequence[dict]) -> dict[str, tuple[str, str]]:
 
 
 def _result_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and ".cache" not in p.parts
-                  and p.name.endswith(RESULT_SUFFIXES) and p.name not in UNLEDGERED and not p.name.startswith("."))
+    """Result files under ``root``; hidden files and folders are not results (caches, a running
+    notebook's temporary copy, the .ipynb_checkpoints/ JupyterLab writes when one is opened)."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(RESULT_SUFFIXES)
+                  and p.name not in UNLEDGERED and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
 def verify(scale: ScaleConfig, *, main_datasets: Sequence[str] | None = None, notebooks: Sequence[str] | None = None,

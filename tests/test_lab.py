@@ -58,6 +58,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     server = subprocess.Popen(lab_argv(port=port, token=TOKEN, open_browser=False), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(home)})
     running = Lab(port)
+    # JupyterLab keeps a checkpoint beside every notebook it opens or saves (git-ignored); the
+    # tests remove the checkpoint folders they created
+    checkpoint_dirs = [config.notebooks_dir() / ".ipynb_checkpoints",
+                       (config.REPO_ROOT / EXECUTED).parent / ".ipynb_checkpoints"]
+    existed = {d: d.exists() for d in checkpoint_dirs}
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -72,6 +77,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        for folder, was_there in existed.items():
+            if not was_there:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture()

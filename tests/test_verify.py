@@ -49,6 +49,15 @@ def test_a_missing_artifact_and_an_orphan_fail(tree: Path) -> None:
     assert any("extra.csv" in p and "no ledger entry" in p for p in problems)
 
 
+def test_checkpoints_jupyterlab_writes_beside_an_opened_executed_copy_are_not_results(tree: Path) -> None:
+    """Opening an executed notebook in `make lab` leaves a git-ignored .ipynb_checkpoints/ copy."""
+    checkpoints = tree / ".ipynb_checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / "05_selective-checkpoint.ipynb").write_text("{}")
+    (checkpoints / "selective-checkpoint.csv").write_text("a\n1\n")
+    assert check() == []
+
+
 def test_an_entry_without_fingerprints_fails(tree: Path) -> None:
     ledger = SMOKE.ledger_path
     ledger.write_text(ledger.read_text() + json.dumps({"kind": "hand-made", "outputs": {}}) + "\n")
