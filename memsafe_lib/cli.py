@@ -21,6 +21,7 @@ from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.errors import DataFormatError
 from memsafe_lib.estimators.registry import model_group
 from memsafe_lib.evaluation.audit import audit
+from memsafe_lib.evaluation.compare import DEFAULT_K, compare_trees
 from memsafe_lib.evaluation.runs import run_evaluation
 from memsafe_lib.evaluation.summary import summarize
 from memsafe_lib.gate import (
@@ -222,11 +223,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Exit 0 when every reference table is identical or within tolerance in the other tree."""
+    for root in (args.reference, args.other):
+        if not root.is_dir():
+            print(f"memsafe compare: {root} is not a folder of artifacts", file=sys.stderr)
+            return 2
+    table = compare_trees(args.reference, args.other, args.k)
+    if table.empty:
+        print(f"memsafe compare: no tables under {args.reference}", file=sys.stderr)
+        return 2
+    with_width = table.assign(differences=table["differences"].str.slice(0, 160))
+    print(with_width.to_string(index=False))
+    counts = table["status"].value_counts()
+    print("; ".join(f"{n} {status}" for status, n in counts.items())
+          + f" (tolerance: {args.k:g} seed SDs of the reference run, rounding where it has no spread)")
+    return 0 if set(table["status"]) <= {"identical", "within tolerance"} else 1
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     for out in update_documents():
         print(f"updated {out}")
     if not config.recording():
-        print("(paper/REPORT.md and README.md themselves change only with --record)")
+        print("(paper/REPORT.md, README.md and docs/running.md themselves change only with --record)")
     return 0
 
 
@@ -318,7 +337,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", choices=sorted(config.SCALES), default=config.DEFAULT_SCALE)
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("report", help="refresh the generated tables in paper/REPORT.md and README.md from artifacts/")
+    p = sub.add_parser("compare", help="check a reproduction against a reference run, table by table, within "
+                                       "the reference run's seed spread")
+    p.add_argument("reference", type=Path, help="the reference run, e.g. artifacts/cpu (the committed one)")
+    p.add_argument("other", type=Path, help="the run to check, e.g. a clone's artifacts/cpu")
+    p.add_argument("--k", type=float, default=DEFAULT_K, help="tolerance in seed standard deviations (default 3)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("report", help="refresh the generated tables in paper/REPORT.md, README.md and "
+                                      "docs/running.md from artifacts/")
     _add_record(p)
     p.set_defaults(func=cmd_report)
     return parser

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from memsafe_lib.evaluation.compare import compare_trees
 
@@ -27,3 +28,49 @@ def test_timing_columns_are_ignored_and_metric_changes_are_not(tmp_path: Path) -
     changed = compare_trees(tmp_path / "before", tmp_path / "changed").set_index("table")
     assert changed.loc["evaluate/m.csv", "status"] == "differs"
     assert "unsafe_auroc: max |diff| 0.0001" in changed.loc["evaluate/m.csv", "differences"]
+
+
+def _seeded(auroc: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"model": ["memsafe"] * 3 + ["lexset"] * 3, "seed": [17, 29, 43] * 2, "unsafe_auroc": auroc,
+                         "n_test": [61] * 6})
+
+
+def test_a_reproduction_within_three_seed_sds_passes_and_a_planted_shift_does_not(tmp_path: Path) -> None:
+    """Tolerance = 3 x the reference run's own seed SD, per (model) group; counts exact."""
+    ref = [0.70, 0.72, 0.74, 0.60, 0.60, 0.60]  # memsafe SD 0.02 (hand: std of .70/.72/.74), lexset deterministic
+    _write(tmp_path / "ref", _seeded(ref))
+    _write(tmp_path / "near", _seeded([0.75, 0.70, 0.70, 0.60, 0.60, 0.60]))  # |diff| 0.05 < 3 x 0.02
+    _write(tmp_path / "far", _seeded([0.70, 0.72, 0.81, 0.60, 0.60, 0.60]))  # 0.07 > 0.06
+    _write(tmp_path / "det", _seeded([0.70, 0.72, 0.74, 0.60, 0.60, 0.61]))  # a deterministic model moved
+    near = compare_trees(tmp_path / "ref", tmp_path / "near").iloc[0]
+    assert near["status"] == "within tolerance" and "tolerance 0.06" in near["differences"]
+    far = compare_trees(tmp_path / "ref", tmp_path / "far").iloc[0]
+    assert far["status"] == "outside tolerance" and "max |diff| 0.07" in far["differences"]
+    assert compare_trees(tmp_path / "ref", tmp_path / "det").iloc[0]["status"] == "outside tolerance"
+
+
+def test_a_mean_with_its_sd_column_gets_k_sds_and_a_table_without_spread_must_match() -> None:
+    from memsafe_lib.evaluation.compare import compare_table
+
+    ref = pd.DataFrame({"model": ["a", "b"], "auroc": [0.70, 0.80], "auroc_sd": [0.01, 0.0]})
+    assert compare_table(ref, ref.assign(auroc=[0.729, 0.80]))[0] == "within tolerance"
+    assert compare_table(ref, ref.assign(auroc=[0.731, 0.80]))[0] == "outside tolerance"
+    assert compare_table(ref, ref.assign(auroc=[0.70, 0.8001]))[0] == "outside tolerance"  # SD 0: exact
+    assert compare_table(ref, ref.assign(auroc=[0.70, 0.8000004]))[0] == "identical"  # CSV round-off
+    plain = pd.DataFrame({"dataset": ["x"], "raw_records": [659]})
+    assert compare_table(plain, plain.assign(raw_records=[660]))[0] == "differs"  # no spread known
+
+
+def test_memsafe_compare_exits_1_naming_the_table_outside_tolerance(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from memsafe_lib.cli import main
+
+    _write(tmp_path / "ref", _seeded([0.70, 0.72, 0.74, 0.60, 0.60, 0.60]))
+    _write(tmp_path / "ok", _seeded([0.71, 0.72, 0.74, 0.60, 0.60, 0.60]))
+    _write(tmp_path / "bad", _seeded([0.90, 0.72, 0.74, 0.60, 0.60, 0.60]))
+    assert main(["compare", str(tmp_path / "ref"), str(tmp_path / "ok")]) == 0
+    assert "within tolerance" in capsys.readouterr().out
+    assert main(["compare", str(tmp_path / "ref"), str(tmp_path / "bad")]) == 1
+    out = capsys.readouterr().out
+    assert "evaluate/m.csv" in out and "outside tolerance" in out
+    assert main(["compare", str(tmp_path / "ref"), str(tmp_path / "nowhere")]) == 2
