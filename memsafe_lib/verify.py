@@ -13,7 +13,7 @@ Checks, each failing with the file and what differs:
    the recorded sha256 (skipped, and said so, without ``MEMSAFE_DATA_DIR``).
 5. **Coverage.** Every (dataset, model, seed) of Table "main" the scale promises has a test
    metrics row, and every numbered notebook has an executed copy with a ledger entry.
-6. **Report.** The generated blocks of ``paper/REPORT.md`` and ``README.md`` equal what the
+6. **Report.** The generated blocks of ``paper/REPORT.md``, ``README.md`` and ``docs/running.md`` equal what the
    committed artifacts render to.
 7. **One table of verdicts.** ``artifacts/<scale>/hypotheses.csv`` agrees with every
    per-notebook verdict file it names, and no retired per-folder table of verdicts

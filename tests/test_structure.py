@@ -1,5 +1,5 @@
 """The library's shape: no import cycles, subpackages import only from layers above them, no
-import of our own modules hidden inside a function, and the README's Layout matches the tree.
+import of our own modules hidden inside a function, and the Layout of docs/layout.md matches the tree.
 
 The graph is built from the source (``ast``), not by importing, so a cycle held together by
 a late import is found as surely as one at the top of a file.
@@ -137,7 +137,7 @@ def test_no_late_imports_of_our_own_modules() -> None:
 def test_every_module_has_a_layer() -> None:
     graph, _ = import_graph()
     homeless = sorted(m for m in graph if m != "memsafe_lib" and layer_of(m) is None and top(m) not in PURE)
-    assert homeless == [], f"add these to LAYERS or PURE (and to the README's Layout): {homeless}"
+    assert homeless == [], f"add these to LAYERS or PURE (and to the Layout in docs/layout.md): {homeless}"
 
 
 def test_imports_follow_the_data() -> None:
@@ -156,7 +156,7 @@ def test_imports_follow_the_data() -> None:
 
 
 def layout_entries(block: str) -> set[str]:
-    """Paths (relative to memsafe_lib/) listed under ``memsafe_lib/`` in a README layout block:
+    """Paths (relative to memsafe_lib/) listed under ``memsafe_lib/`` in a layout block:
     two-space indent = an entry of the package, four = a file in the folder above it."""
     entries: set[str] = set()
     inside, folder = False, ""
@@ -181,16 +181,16 @@ def test_layout_parser() -> None:
     assert layout_entries(block) == {"a.py", "sub/", "sub/b.py"}
 
 
-def test_readme_layout_matches_the_tree() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_documented_layout_matches_the_tree() -> None:
+    text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
     block = re.search(r"<!-- layout -->\n```text\n(.*?)```", text, re.S)
-    assert block, "README.md needs a Layout block: <!-- layout --> followed by a ```text block"
+    assert block, "docs/layout.md needs a Layout block: <!-- layout --> followed by a ```text block"
     listed = layout_entries(block.group(1))
     actual = {p.relative_to(LIB).as_posix() for p in LIB.rglob("*.py") if p.name != "__init__.py"}
     actual |= {p.name + "/" for p in LIB.iterdir() if p.is_dir() and p.name != "__pycache__"}
     actual -= {p for p in actual if p.endswith(".json")}
-    assert listed == actual, (f"in the tree, not in README: {sorted(actual - listed)}; "
-                              f"in README, not in the tree: {sorted(listed - actual)}")
+    assert listed == actual, (f"in the tree, not in docs/layout.md: {sorted(actual - listed)}; "
+                              f"in docs/layout.md, not in the tree: {sorted(listed - actual)}")
 
 
 @pytest.mark.parametrize("layer", [name for layer in LAYERS for name in layer] + list(PURE))

@@ -158,8 +158,10 @@ def render(text: str, artifacts: Path | None = None) -> str:
 
 
 REPORT = config.REPO_ROOT / "paper" / "REPORT.md"
-GENERATED_DOCUMENTS: tuple[Path, ...] = (REPORT, config.REPO_ROOT / "README.md")
-"""Files with generated blocks: the report and the README's time table."""
+GENERATED_DOCUMENTS: tuple[Path, ...] = (REPORT, config.REPO_ROOT / "README.md",
+                                         config.REPO_ROOT / "docs" / "running.md")
+"""Files with generated blocks: the report, the README's headline numbers and gate table, and
+the time tables of ``docs/running.md``."""
 
 
 def update_report(report: Path | None = None, artifacts: Path | None = None, out: Path | None = None) -> Path:
