@@ -146,15 +146,20 @@ NUMERIC_PACKAGES = ("numpy", "scipy", "scikit-learn", "torch", "transformers", "
 """Packages whose builds can move a result in its last digits; their versions go in every entry."""
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``; the platform's processor string elsewhere)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="ignore").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
 def environment() -> dict[str, Any]:
     """Where a run happened, enough to explain a last-digit difference between two runs of the
     same code and data: versions of the numeric packages, the platform, the CPU model and the
     thread counts (torch reduces in a different order with a different count)."""
-    cpu = ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text(errors="ignore").splitlines()
-                    if line.startswith("model name")), "")
     versions = {}
     for name in NUMERIC_PACKAGES:
         try:
@@ -164,7 +169,7 @@ def environment() -> dict[str, Any]:
     torch = sys.modules.get("torch")  # only read, never imported here (heavy)
     threads = {"fit": config.fit_threads(), "torch": torch.get_num_threads() if torch is not None else None}
     env = {"memsafe": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
-           "cpu": cpu or platform.processor(), "packages": versions, "threads": threads}
+           "cpu": cpu_model(), "packages": versions, "threads": threads}
     if torch is not None:  # what the CPU offers torch, and so whether bf16 ran (memsafe_lib.precision)
         env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
         env["bf16"] = precision.signature("cpu")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import nbformat
 
-from memsafe_lib import config
+from memsafe_lib import config, precision
 from memsafe_lib.config import ScaleConfig
 from memsafe_lib.io import canonical_json, replace_row, sha256_bytes, sha256_file, write_csv, write_json
-from memsafe_lib.ledger import code_fingerprint, record_run
+from memsafe_lib.ledger import code_fingerprint, cpu_model, record_run
 from memsafe_lib.progress import step
 
 
@@ -117,10 +117,13 @@ def run_notebook(name: str, scale: ScaleConfig, *, kernel: str | None = None, ou
 def _record_run_time(name: str, scale: ScaleConfig, seconds: float, executed: Path) -> None:
     """Wall time of the notebook's last execution in ``run_times.csv`` (one row per notebook,
     for the README's and REPORT's time tables) and a ledger entry naming the executed notebook.
-    Caches make a resumed run faster: the row says how long this execution took, no more."""
+    Caches make a resumed run faster: the row says how long this execution took, no more.
+    The CPU's model and whether it has bf16 units go with the time: Stage A computes in fp32
+    without them and takes several times longer (:mod:`memsafe_lib.precision`)."""
     row = {"notebook": name, "scale": scale.name, "minutes": round(seconds / 60, 2), "cores": os.cpu_count() or 1,
            "fit_threads": config.fit_threads(), "torch_threads": config.torch_threads(),
-           "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "code": code_fingerprint()[:12]}
+           "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "code": code_fingerprint()[:12],
+           "cpu": cpu_model(), "bf16_units": precision.bf16_native("cpu"), "bf16_mode": precision.mode()}
     table = scale.run_dir / config.RUN_TIMES_FILE
     write_csv(table, replace_row(table, row, key="notebook").sort_values("notebook"))
     record_run(f"notebook-run:{name}", scale, settings={"notebook": name, "threads": [row["fit_threads"],

@@ -20,6 +20,11 @@ Checks, each failing with the file and what differs:
    (:data:`~memsafe_lib.evaluation.hypotheses.RETIRED_TABLES`) that is still present says
    otherwise. A retired table is no longer required to exist once its entry wrote it; a tree
    from before the one table (no ``hypotheses.csv``) is checked as it was.
+8. **One code version.** Every committed result (benchmarks under ``bench/`` and the
+   git-ignored gate checkpoints aside) was last written by an entry carrying one code
+   fingerprint, so the tables come from one version of the code, not a patchwork of
+   reruns; mixed versions fail, naming each with what it wrote. Whether that version is
+   this checkout's code is noted, not failed (a user may well have edited the library).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from memsafe_lib.config import ScaleConfig
 from memsafe_lib.estimators.registry import MODEL_GROUPS, seeds_for
 from memsafe_lib.evaluation.hypotheses import RETIRED_TABLES, disagreements
 from memsafe_lib.io import read_csv, sha256_file
+from memsafe_lib.ledger import code_fingerprint
 from memsafe_lib.notebooks import available
 from memsafe_lib.reporting.paper_report import GENERATED_DOCUMENTS, render
 
@@ -163,7 +169,39 @@ def verify(scale: ScaleConfig, *, main_datasets: Sequence[str] | None = None, no
         out.problems.extend(disagreements(root))
     else:
         out.notes.append(f"no {root / config.HYPOTHESES_FILE} yet (a run before the one table of verdicts)")
+
+    # 8. one code version
+    _one_code_version(scale, ledger_file, entries, out)
     return out
+
+
+NOT_THE_RUN = (config.BENCH, *UNCOMMITTED)
+"""Folders measured or trained apart from the notebooks' run, each entry on its own code."""
+
+
+def _one_code_version(scale: ScaleConfig, ledger_file: Path, entries: Sequence[dict], out: Verification) -> None:
+    writer: dict[str, dict] = {}
+    for e in entries:  # the latest entry that wrote each file, as in check 1
+        for path in e.get("outputs", {}):
+            writer[path] = e
+    versions: dict[str, set[str]] = {}
+    for rel, entry in writer.items():
+        parts = rel.split("/")
+        if parts[0] != scale.name or len(parts) < 2 or parts[1] in NOT_THE_RUN:
+            continue
+        if not (config.artifacts_dir() / rel).exists():
+            continue  # a retired table, removed (check 1 says so)
+        code = entry.get("fingerprint", {}).get("code", "?")
+        versions.setdefault(code, set()).add(parts[1])
+    if len(versions) > 1:
+        named = "; ".join(f"{code[:12]}: {', '.join(sorted(folders))}" for code, folders in
+                          sorted(versions.items(), key=lambda kv: sorted(kv[1])))
+        out.problems.append(f"{ledger_file}: the committed results come from {len(versions)} code versions "
+                            f"({named}); rerun the older ones on one code version (`make reproduce`)")
+    elif versions:
+        (code,) = versions
+        same = "is" if code == code_fingerprint() else "differs from"
+        out.notes.append(f"one code version ({code[:12]}) wrote every committed result; it {same} this checkout's code")
 
 
 def read_ledger_at(path: Path) -> list[dict]:

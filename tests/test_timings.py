@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from memsafe_lib.reporting import timings as T
@@ -133,3 +134,31 @@ def test_encode_by_cpu_scales_the_reference_minutes_by_the_throughput_ratio() ->
     assert table.encode_minutes.tolist() == [12.0, 48.0]
     with pytest.raises(ValueError, match="encode different pairs"):
         T.encode_by_cpu(fast, [{**slow, "pairs_unique": 11}], reference_encode_minutes=12.0)
+
+
+def test_time_table_names_the_cpu_and_its_bf16_units_per_notebook(tmp_path: Path) -> None:
+    """A cold time is only comparable on the same CPU class (bf16 units or AVX2 only)."""
+    for nb in ("01_construction_audit", "02_training"):
+        _notebook(tmp_path / nb / f"{nb}.ipynb", LINES)
+    (tmp_path / "run_times.csv").write_text(
+        "notebook,scale,minutes,cores,fit_threads,torch_threads,cpu,bf16_units\n"
+        "01_construction_audit,cpu,3.0,2,1,2,Intel Xeon,True\n"
+        "02_training,cpu,120.0,2,1,2,AMD EPYC,False\n")
+    table = T.time_table(tmp_path).set_index("notebook")
+    assert table.loc["02_training", "cpu"] == "AMD EPYC" and not table.loc["02_training", "bf16_units"]
+    assert table.loc["01_construction_audit", "bf16_units"]
+    assert table.loc["total", "cpu"] == "mixed"  # a total over two CPU classes is no budget check
+
+
+def test_a_notebook_run_records_the_cpu_model_and_bf16_units(isolated_artifacts: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from memsafe_lib import config, notebooks
+    from memsafe_lib.ledger import cpu_model
+
+    monkeypatch.setattr("memsafe_lib.precision.bf16_native", lambda device_type: True)
+    scale = config.SCALES["smoke"]
+    executed = scale.output_dir(config.NB05_SELECTIVE) / "05_selective.ipynb"
+    executed.write_text("{}")
+    notebooks._record_run_time("05_selective", scale, 90.0, executed)
+    row = pd.read_csv(scale.run_dir / config.RUN_TIMES_FILE).iloc[0]
+    assert row.cpu == cpu_model() and bool(row.bf16_units) and row.minutes == 1.5

@@ -130,3 +130,38 @@ def test_a_second_hypotheses_table_that_disagrees_fails_and_may_be_removed(tree:
     assert "evaluate/hypotheses.csv" in problem and "H4 untested" in problem
     legacy.unlink()  # retired: its ledger entry no longer requires it
     assert check() == []
+
+
+def _record_with_code(kind: str, path: Path, code: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ledger entry as a run of another code version would have written it."""
+    with monkeypatch.context() as m:
+        m.setattr("memsafe_lib.ledger.code_fingerprint", lambda: code)
+        path.write_text("a\n1\n")
+        record_run(kind, SMOKE, outputs=[path])
+
+
+def test_committed_results_from_two_code_versions_fail_naming_both(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = SMOKE.output_dir(config.NB07_CLINICAL) / "clinical.csv"
+    _record_with_code("notebook:07_clinical", other, "f" * 64, monkeypatch)
+    (problem,) = check()
+    assert "code versions" in problem and "ffffffff" in problem and "07_clinical" in problem
+    assert "05_selective" in problem  # the other version, named by what it wrote
+
+
+def test_benchmarks_and_overwritten_results_do_not_count_as_another_code_version(
+        tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _record_with_code("bench", SMOKE.output_dir("bench") / "timing.csv", "e" * 64, monkeypatch)
+    stale = SMOKE.output_dir(config.NB07_CLINICAL) / "clinical.csv"
+    _record_with_code("notebook:07_clinical", stale, "d" * 64, monkeypatch)
+    stale.write_text("a\n1\n")
+    record_run("notebook:07_clinical", SMOKE, outputs=[stale])  # rerun on this code: the latest writer counts
+    result = verify(SMOKE, main_datasets=[], notebooks=[], documents=[])
+    assert result.problems == []
+    assert any("one code version" in n and "this checkout's code" in n for n in result.notes)
+
+
+def test_a_run_from_other_code_than_the_checkout_is_noted(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("memsafe_lib.verify.code_fingerprint", lambda: "c" * 64)
+    result = verify(SMOKE, main_datasets=[], notebooks=[], documents=[])
+    assert result.problems == []
+    assert any("differs from this checkout's code" in n for n in result.notes)

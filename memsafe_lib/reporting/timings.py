@@ -108,9 +108,13 @@ def notebook_profile(notebook: Path, minutes: float) -> dict[str, float]:
 
 
 def time_table(run_dir: Path) -> pd.DataFrame:
-    """One row per notebook of ``run_times.csv`` under ``run_dir`` (minutes, threads, steps)
-    and a total row."""
+    """One row per notebook of ``run_times.csv`` under ``run_dir`` (minutes, threads, steps, the
+    CPU and whether it has bf16 units) and a total row (its CPU "mixed" when the notebooks ran
+    on more than one)."""
     times = pd.read_csv(run_dir / "run_times.csv")
+    for column, unknown in (("cpu", ""), ("bf16_units", None)):  # rows from before they were recorded
+        times[column] = times[column].astype(object).where(times[column].notna(), unknown) \
+            if column in times else unknown
     rows = []
     for t in times.itertuples(index=False):
         notebook = run_dir / t.notebook / f"{t.notebook}.ipynb"
@@ -118,9 +122,12 @@ def time_table(run_dir: Path) -> pd.DataFrame:
             raise FileNotFoundError(f"{run_dir / 'run_times.csv'}: notebook {t.notebook} has a time but no "
                                     f"executed notebook at {notebook}")
         rows.append({"notebook": t.notebook, "minutes": float(t.minutes), "torch_threads": int(t.torch_threads),
-                     **notebook_profile(notebook, float(t.minutes))})
+                     "cpu": t.cpu, "bf16_units": t.bf16_units, **notebook_profile(notebook, float(t.minutes))})
     table = pd.DataFrame(rows)
+    classes = {(c, b) for c, b in zip(table.cpu, table.bf16_units, strict=True)}
+    (cpu, bf16), mixed = (next(iter(classes)), False) if len(classes) == 1 else (("mixed", None), True)
     total = {"notebook": "total", "minutes": round(table.minutes.sum(), 1), "torch_threads": None,
+             "cpu": cpu, "bf16_units": None if mixed else bf16,
              **{c: round(table[c].sum(), 1) for c in (*STEP_COLUMNS, "other")}}
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
