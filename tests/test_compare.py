@@ -74,3 +74,14 @@ def test_memsafe_compare_exits_1_naming_the_table_outside_tolerance(tmp_path: Pa
     out = capsys.readouterr().out
     assert "evaluate/m.csv" in out and "outside tolerance" in out
     assert main(["compare", str(tmp_path / "ref"), str(tmp_path / "nowhere")]) == 2
+
+
+def test_where_a_run_happened_is_not_a_difference(tmp_path: Path) -> None:
+    """run_times.csv names the CPU, its bf16 units and thread counts: another machine, same result."""
+    times = pd.DataFrame({"notebook": ["02_training"], "scale": ["cpu"], "minutes": [70.0], "cores": [2],
+                          "fit_threads": [1], "torch_threads": [2], "cpu": ["Intel Xeon"], "bf16_units": [True],
+                          "bf16_mode": ["auto"]})
+    _write(tmp_path / "before", times, "run_times.csv")
+    _write(tmp_path / "after", times.assign(minutes=[350.0], cores=[16], fit_threads=[4], torch_threads=[8],
+                                            cpu=["AMD EPYC"], bf16_units=[False], bf16_mode=["0"]), "run_times.csv")
+    assert compare_trees(tmp_path / "before", tmp_path / "after").status.tolist() == ["identical"]

@@ -27,8 +27,10 @@ from memsafe_lib.io import read_csv
 TIMING_COLUMNS: frozenset[str] = frozenset({
     "fit_seconds", "seconds", "seconds_finetune", "seconds_encode", "minutes", "finished_utc", "time_utc",
     "pairs_per_s", "useful_tokens_per_s", "train_pairs_per_s", "code",
+    "cpu", "bf16_units", "bf16_mode", "cores", "fit_threads", "torch_threads",
 })
-"""Wall times, throughput, clock stamps and the code fingerprint: they change with the run, not the result."""
+"""Wall times, throughput, clock stamps, the code fingerprint and the machine (its CPU, bf16
+units, precision mode, cores and thread counts): they change with the run, not the result."""
 
 
 def tables(root: Path) -> list[Path]:
