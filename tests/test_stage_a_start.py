@@ -228,3 +228,12 @@ def test_only_models_that_read_frozen_representations_ask_for_them() -> None:
     assert not frozen_representations(LADDER)  # relevance_agg_frozen reads logits only
     assert frozen_representations(["memsafe_frozen", "relevance_agg_frozen"])
     assert not frozen_representations(["memsafe", "mean_pool"])
+
+
+def test_cpu_runs_no_qa_learning_curve_but_smoke_and_paper_do() -> None:
+    """The paper has no QA curve; at cpu its pooled fold encoders per fraction cost ~50 min."""
+    from memsafe_lib import config
+
+    assert config.SCALES["cpu"].notebook_parameters[config.NB03_ABLATIONS]["curve_datasets"] == []
+    assert config.SCALES["paper"].notebook_parameters[config.NB03_ABLATIONS]["curve_datasets"] == ["musique", "hotpotqa"]
+    assert config.NB03_ABLATIONS not in config.SCALES["smoke"].notebook_parameters  # the notebook's own: one curve point
