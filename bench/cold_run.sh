@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Cold timing of some notebooks: a fresh clone of this checkout's HEAD, empty caches, then each
 # notebook with `memsafe notebook NB --scale SCALE --record`, which writes its minutes to the
-# clone's artifacts/<scale>/run_times.csv and ledger. A whole cpu reproduction does not fit in
-# one of our working sessions, so it is timed in parts (README, "How long it takes"): run
-# 01-05 in one clone and 06-07 in another, on the same commit, with nothing else on the machine,
-# then bring each clone's results into the checkout with bench/adopt_cold_run.py CLONE (it copies
-# the changed artifacts/<scale>/ files, merges ledger and run_times.csv, and refuses other code).
+# clone's artifacts/<scale>/run_times.csv and ledger, with nothing else on the machine. Then
+# bench/adopt_cold_run.py CLONE brings the clone's results into the checkout (it copies the
+# changed artifacts/<scale>/ files, merges ledger and run_times.csv, and refuses other code).
+#
+#   ADOPT=1 bench/cold_run.sh ../cold 01_construction_audit 02_training 03_ablations 04_transfer \
+#       05_selective 06_reader_gating 07_clinical
+#
+# A run that must stop between notebooks goes on in the same clone (`memsafe notebook NB
+# --scale cpu --record` for the rest, in order); adopt_cold_run.py takes a clone's results
+# as often as it is given them. A notebook killed midway must have the caches it wrote deleted
+# before it runs again, or its minutes are not cold. Parts in separate clones also work:
 #
 #   ADOPT=1 bench/cold_run.sh ../cold-a 01_construction_audit 02_training 03_ablations 04_transfer 05_selective
 #   ADOPT=1 WARM_GRID=1 bench/cold_run.sh ../cold-b 06_reader_gating 07_clinical
