@@ -83,9 +83,11 @@ def stale_results(prefix: str, entries: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def retire(scale: ScaleConfig, paths: Sequence[str], reason: str) -> dict[str, Any]:
-    """Record one ``retire`` entry for ``paths`` (relative to ``artifacts/``, each a present
-    output of an earlier entry of this scale's ledger), then delete them. All paths are checked
-    before anything is written; a crash after the entry leaves files verify names as present."""
+    """Record one ``retire`` entry for ``paths`` (relative to ``artifacts/``, each an output of
+    an earlier entry of this scale's ledger), then delete them. A file already deleted (by hand,
+    or by a clone's results brought in) is retired with the sha256 its entry recorded; a present
+    file must still have it. All paths are checked before anything is written; a crash after
+    the entry leaves files that verify names as present."""
     if not reason.strip():
         raise ValueError("retire: give the reason the files are no longer results (--reason)")
     if not paths:
@@ -101,9 +103,10 @@ def retire(scale: ScaleConfig, paths: Sequence[str], reason: str) -> dict[str, A
             raise ValueError(f"retire: {base / rel} is not an output of any entry in {scale.ledger_path}")
         if writer.digest is None:
             raise ValueError(f"retire: {base / rel} was already retired by an earlier entry")
-        if not (base / rel).is_file():
-            raise ValueError(f"retire: {base / rel} does not exist")
-        retired[rel] = sha256_file(base / rel)
+        if (base / rel).is_file() and sha256_file(base / rel) != writer.digest:
+            raise ValueError(f"retire: {base / rel} differs from what its ledger entry recorded; "
+                             "an edited file is not a result to retire")
+        retired[rel] = writer.digest
     settings = {"scale": scale.name, "reason": reason}
     entry = {
         "kind": RETIRE_KIND,
@@ -119,7 +122,7 @@ def retire(scale: ScaleConfig, paths: Sequence[str], reason: str) -> dict[str, A
     append_entry(scale.ledger_path, entry)
     for rel in retired:
         path = base / rel
-        path.unlink()
+        path.unlink(missing_ok=True)
         _remove_empty_parents(path.parent, scale.run_dir)
     return entry
 

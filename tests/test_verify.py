@@ -208,9 +208,12 @@ def test_retire_refuses_before_writing_anything(tree: Path, monkeypatch: pytest.
     curve = _old_curve_and_a_rerun(monkeypatch)
     rel = f"smoke/{config.NB03_ABLATIONS}/{curve.name}"
     before = SMOKE.ledger_path.read_text()
+    edited = f"smoke/{config.NB05_SELECTIVE}/selective.csv"
+    (tree / "selective.csv").write_text("model,aurc\nmemsafe,0.10\n")
     for paths, reason, message in [([rel], " ", "reason"), ([], "x", "at least one"),
                                    ([rel, "smoke/05_selective/nothing.csv"], "x", "not an output"),
-                                   ([rel, "cpu/05_selective/selective.csv"], "x", "not an output")]:
+                                   ([rel, "cpu/05_selective/selective.csv"], "x", "not an output"),
+                                   ([rel, edited], "x", "differs from what its ledger entry recorded")]:
         with pytest.raises(ValueError, match=message):
             retire(SMOKE, paths, reason)
     assert SMOKE.ledger_path.read_text() == before and curve.exists()
@@ -227,3 +230,13 @@ def test_retire_on_the_command_line(tree: Path, monkeypatch: pytest.MonkeyPatch,
     assert main(["retire", "--scale", "smoke", "--record", "--reason", "no curve", rel]) == 0
     assert not curve.exists() and check() == []
     assert main(["retire", "--scale", "smoke", "--record", "--reason", "again", rel]) == 2
+
+
+def test_a_result_deleted_by_hand_is_retired_with_its_recorded_hash(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    curve = _old_curve_and_a_rerun(monkeypatch)
+    rel = f"smoke/{config.NB03_ABLATIONS}/{curve.name}"
+    curve.unlink()
+    assert any("missing" in p for p in check())
+    entry = retire(SMOKE, [rel], "removed with the clone's results")
+    assert entry["retired"] == {rel: sha256_bytes(b"a\n1\n")}
+    assert check() == []
