@@ -15,7 +15,7 @@ ledger instead (an output its entry lists is missing). Retiring does both honest
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,21 +65,24 @@ def run_prefix(scale: ScaleConfig) -> str:
     return scale.run_dir.relative_to(config.artifacts_dir()).as_posix()
 
 
+def present_results(prefix: str, writers: dict[str, Writer]) -> Iterator[tuple[str, Writer]]:
+    """(path, latest writer) of every result present under ``prefix`` that the notebooks' run
+    wrote: ``bench/`` and ``gates/`` aside, retired paths aside."""
+    for rel, writer in sorted(writers.items()):
+        if not rel.startswith(f"{prefix}/") or writer.digest is None:
+            continue
+        if rel[len(prefix) + 1:].split("/")[0] in NOT_THE_RUN or not (config.artifacts_dir() / rel).exists():
+            continue
+        yield rel, writer
+
+
 def stale_results(prefix: str, entries: Sequence[dict[str, Any]]) -> list[str]:
-    """Present results under ``prefix`` (``bench/`` and ``gates/`` aside) last written by other
-    code than the latest notebook execution: what a rerun on that code did not write again."""
+    """Present results under ``prefix`` last written by other code than the latest notebook
+    execution: what a rerun on that code did not write again."""
     code = run_code(entries)
     if code is None:
         return []
-    out = []
-    for rel, writer in sorted(latest_writers(entries).items()):
-        if not rel.startswith(f"{prefix}/") or writer.digest is None:
-            continue
-        if rel[len(prefix) + 1:].split("/")[0] in NOT_THE_RUN:
-            continue
-        if (config.artifacts_dir() / rel).exists() and writer.code != code:
-            out.append(rel)
-    return out
+    return [rel for rel, writer in present_results(prefix, latest_writers(entries)) if writer.code != code]
 
 
 def retire(scale: ScaleConfig, paths: Sequence[str], reason: str) -> dict[str, Any]:

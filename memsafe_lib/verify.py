@@ -48,7 +48,7 @@ from memsafe_lib.io import read_csv, sha256_file
 from memsafe_lib.ledger import code_fingerprint
 from memsafe_lib.notebooks import available
 from memsafe_lib.reporting.paper_report import GENERATED_DOCUMENTS, render
-from memsafe_lib.retire import NOT_THE_RUN, latest_writers, stale_results
+from memsafe_lib.retire import latest_writers, present_results, stale_results
 
 RESULT_SUFFIXES = (".csv", ".csv.gz", ".json", ".png", ".ipynb")
 UNLEDGERED = {config.LEDGER_FILE}
@@ -180,13 +180,8 @@ def verify(scale: ScaleConfig, *, main_datasets: Sequence[str] | None = None, no
 
 def _one_code_version(scale: ScaleConfig, ledger_file: Path, entries: Sequence[dict], out: Verification) -> None:
     versions: dict[str, set[str]] = {}
-    for rel, writer in latest_writers(entries).items():
-        parts = rel.split("/")
-        if parts[0] != scale.name or len(parts) < 2 or parts[1] in NOT_THE_RUN or writer.digest is None:
-            continue
-        if not (config.artifacts_dir() / rel).exists():
-            continue  # a retired table of verdicts, removed (check 1 says so)
-        versions.setdefault(writer.code, set()).add(parts[1])
+    for rel, writer in present_results(scale.name, latest_writers(entries)):
+        versions.setdefault(writer.code, set()).add(rel.split("/")[1])
     if len(versions) > 1:
         named = "; ".join(f"{code[:12]}: {', '.join(sorted(folders))}" for code, folders in
                           sorted(versions.items(), key=lambda kv: sorted(kv[1])))
