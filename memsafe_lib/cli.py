@@ -35,9 +35,10 @@ from memsafe_lib.gate import (
     train_gate,
 )
 from memsafe_lib.io import atomic_open, write_json, write_jsonl
-from memsafe_lib.ledger import record_run
+from memsafe_lib.ledger import read_ledger, record_run
 from memsafe_lib.notebooks import available, run_notebook, up_to_date
 from memsafe_lib.reporting.paper_report import update_documents
+from memsafe_lib.retire import retire, run_prefix, stale_results
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import CONSTRUCTIONS, accounting, construct, default_construction
 from memsafe_lib.variants.store import build
@@ -223,6 +224,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_retire(args: argparse.Namespace) -> int:
+    """List (``--stale``) or retire results no current notebook writes (:mod:`memsafe_lib.retire`)."""
+    scale = _scale(args)
+    if args.stale:
+        for rel in stale_results(run_prefix(scale), read_ledger(scale)):
+            print(rel)
+        return 0
+    entry = retire(scale, args.paths, args.reason or "")
+    print(f"retired {len(entry['retired'])} files ({args.reason}); ledger: {scale.ledger_path}")
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Exit 0 when every reference table is identical or within tolerance in the other tree."""
     for root in (args.reference, args.other):
@@ -336,6 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
                                       "that the report's generated blocks are current")
     p.add_argument("--scale", choices=sorted(config.SCALES), default=config.DEFAULT_SCALE)
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("retire", help="remove results no current notebook writes, with a ledger entry naming "
+                                      "each file and the reason (verify then requires them absent)")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="files relative to artifacts/, as the ledger names them (e.g. cpu/03_ablations/x.csv)")
+    p.add_argument("--reason", help="why these files are no longer results (kept in the ledger)")
+    p.add_argument("--stale", action="store_true",
+                   help="only list the results the latest notebook run did not write again")
+    _add_scale(p)
+    p.set_defaults(func=cmd_retire)
 
     p = sub.add_parser("compare", help="check a reproduction against a reference run, table by table, within "
                                        "the reference run's seed spread")

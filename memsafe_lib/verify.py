@@ -25,6 +25,10 @@ Checks, each failing with the file and what differs:
    fingerprint, so the tables come from one version of the code, not a patchwork of
    reruns; mixed versions fail, naming each with what it wrote. Whether that version is
    this checkout's code is noted, not failed (a user may well have edited the library).
+
+A result no current notebook writes is retired, not deleted by hand (``memsafe retire``,
+:mod:`memsafe_lib.retire`): its ``retire`` entry names the file and why, and check 1 then
+requires the file to be absent.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from memsafe_lib.io import read_csv, sha256_file
 from memsafe_lib.ledger import code_fingerprint
 from memsafe_lib.notebooks import available
 from memsafe_lib.reporting.paper_report import GENERATED_DOCUMENTS, render
+from memsafe_lib.retire import latest_writers, present_results, stale_results
 
 RESULT_SUFFIXES = (".csv", ".csv.gz", ".json", ".png", ".ipynb")
 UNLEDGERED = {config.LEDGER_FILE}
@@ -70,15 +75,6 @@ class Verification:
         return "\n".join(lines)
 
 
-def _latest_outputs(entries: Sequence[dict]) -> dict[str, tuple[str, str]]:
-    """artifact path (relative to artifacts/) -> (sha256, kind of the latest entry writing it)."""
-    latest: dict[str, tuple[str, str]] = {}
-    for e in entries:
-        for path, digest in e.get("outputs", {}).items():
-            latest[path] = (digest, e["kind"])
-    return latest
-
-
 def _result_files(root: Path) -> list[Path]:
     """Result files under ``root``; hidden files and folders are not results (caches, a running
     notebook's temporary copy, the .ipynb_checkpoints/ JupyterLab writes when one is opened)."""
@@ -97,16 +93,21 @@ def verify(scale: ScaleConfig, *, main_datasets: Sequence[str] | None = None, no
         out.problems.append(f"{ledger_file}: no ledger; nothing under {root} can be traced")
         return out
     entries = read_ledger_at(ledger_file)
-    latest = _latest_outputs(entries)
+    latest = latest_writers(entries)
     out.checked["ledger entries"] = len(entries)
 
     # 1. outputs match the latest entry that wrote them
-    absent_uncommitted, retired = 0, {f"{scale.name}/{r}" for r in RETIRED_TABLES}
-    for rel, (digest, kind) in sorted(latest.items()):
-        path = artifacts / rel
+    absent_uncommitted, retired, gone = 0, {f"{scale.name}/{r}" for r in RETIRED_TABLES}, 0
+    for rel, writer in sorted(latest.items()):
+        path, digest, kind = artifacts / rel, writer.digest, writer.entry.get("kind")
         if not rel.startswith(f"{scale.name}/"):
             continue
-        if not path.exists() and rel.split("/")[1] in UNCOMMITTED:
+        if digest is None:
+            if path.exists():
+                out.problems.append(f"{path}: retired by ledger entry {kind!r} ({writer.entry['settings']['reason']}) "
+                                    "but still present")
+            gone += 1
+        elif not path.exists() and rel.split("/")[1] in UNCOMMITTED:
             absent_uncommitted += 1
         elif not path.exists() and rel in retired:
             out.notes.append(f"{path}: retired per-folder table of verdicts, removed (the one table is "
@@ -116,7 +117,9 @@ def verify(scale: ScaleConfig, *, main_datasets: Sequence[str] | None = None, no
         elif sha256_file(path) != digest:
             out.problems.append(f"{path}: sha256 differs from ledger entry {kind!r} (edited, or written without a "
                                 "ledger entry)")
-    out.checked["artifacts"] = sum(1 for r in latest if r.startswith(f"{scale.name}/"))
+    out.checked["artifacts"] = sum(1 for r, w in latest.items() if r.startswith(f"{scale.name}/") and w.digest)
+    if gone:
+        out.notes.append(f"{gone} earlier results retired by `retire` entries (each names its reason)")
     if absent_uncommitted:
         out.notes.append(f"{absent_uncommitted} ledgered outputs under {'/'.join(UNCOMMITTED)}/ are not committed "
                          "(git-ignored gate checkpoints) and were not checked")
@@ -175,29 +178,19 @@ def verify(scale: ScaleConfig, *, main_datasets: Sequence[str] | None = None, no
     return out
 
 
-NOT_THE_RUN = (config.BENCH, *UNCOMMITTED)
-"""Folders measured or trained apart from the notebooks' run, each entry on its own code."""
-
-
 def _one_code_version(scale: ScaleConfig, ledger_file: Path, entries: Sequence[dict], out: Verification) -> None:
-    writer: dict[str, dict] = {}
-    for e in entries:  # the latest entry that wrote each file, as in check 1
-        for path in e.get("outputs", {}):
-            writer[path] = e
     versions: dict[str, set[str]] = {}
-    for rel, entry in writer.items():
-        parts = rel.split("/")
-        if parts[0] != scale.name or len(parts) < 2 or parts[1] in NOT_THE_RUN:
-            continue
-        if not (config.artifacts_dir() / rel).exists():
-            continue  # a retired table, removed (check 1 says so)
-        code = entry.get("fingerprint", {}).get("code", "?")
-        versions.setdefault(code, set()).add(parts[1])
+    for rel, writer in present_results(scale.name, latest_writers(entries)):
+        versions.setdefault(writer.code, set()).add(rel.split("/")[1])
     if len(versions) > 1:
         named = "; ".join(f"{code[:12]}: {', '.join(sorted(folders))}" for code, folders in
                           sorted(versions.items(), key=lambda kv: sorted(kv[1])))
+        stale = stale_results(scale.name, entries)
+        hint = (f"; {len(stale)} of them were not written again by the latest notebook run: if no notebook "
+                f"writes them any more, `memsafe retire --record --reason ...` them (`memsafe retire --stale` "
+                "lists them)") if stale else ""
         out.problems.append(f"{ledger_file}: the committed results come from {len(versions)} code versions "
-                            f"({named}); rerun the older ones on one code version (`make reproduce`)")
+                            f"({named}); rerun the older ones on one code version (`make reproduce`){hint}")
     elif versions:
         (code,) = versions
         same = "is" if code == code_fingerprint() else "differs from"

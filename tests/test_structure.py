@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("reporting",),
     ("gate",),
     ("notebooks", "lab"),
-    ("verify",),
+    ("verify", "retire"),
     ("cli",),
 )
 """Top to bottom, the order data flows in; a module imports only from its own layer or above."""

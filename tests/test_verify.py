@@ -9,10 +9,12 @@ import pandas as pd
 import pytest
 
 from memsafe_lib import config
+from memsafe_lib.cli import main
 from memsafe_lib.config import SCALES
 from memsafe_lib.evaluation import hypotheses as H
-from memsafe_lib.io import write_json
-from memsafe_lib.ledger import record_run
+from memsafe_lib.io import sha256_bytes, write_json
+from memsafe_lib.ledger import read_ledger, record_run
+from memsafe_lib.retire import retire, stale_results
 from memsafe_lib.verify import verify
 
 SMOKE = SCALES["smoke"]
@@ -165,3 +167,76 @@ def test_a_run_from_other_code_than_the_checkout_is_noted(tree: Path, monkeypatc
     result = verify(SMOKE, main_datasets=[], notebooks=[], documents=[])
     assert result.problems == []
     assert any("differs from this checkout's code" in n for n in result.notes)
+
+
+# ---------------------------------------------------------------- retiring results no notebook writes
+
+def _old_curve_and_a_rerun(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An old run wrote a curve table and a notebook's executed copy; the rerun on this code
+    rewrote the executed copy only (its notebook no longer draws the curve)."""
+    folder = SMOKE.output_dir(config.NB03_ABLATIONS)
+    curve = folder / "learning_curve.csv"
+    _record_with_code("notebook:03_ablations", curve, "d" * 64, monkeypatch)
+    executed = folder / "03_ablations.ipynb"
+    executed.write_text("{}")
+    record_run("notebook-run:03_ablations", SMOKE, outputs=[executed])
+    return curve
+
+
+def test_a_result_the_rerun_did_not_write_is_listed_as_stale_and_fails_one_version(
+        tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    curve = _old_curve_and_a_rerun(monkeypatch)
+    assert stale_results("smoke", read_ledger(SMOKE)) == [f"smoke/{config.NB03_ABLATIONS}/{curve.name}"]
+    (problem,) = check()
+    assert "2 code versions" in problem and "memsafe retire" in problem
+
+
+def test_a_retired_result_passes_when_absent_and_fails_when_present(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    curve = _old_curve_and_a_rerun(monkeypatch)
+    rel = f"smoke/{config.NB03_ABLATIONS}/{curve.name}"
+    entry = retire(SMOKE, [rel], "no learning curve at this scale")
+    assert not curve.exists() and curve.parent.is_dir()  # the folder still holds the executed copy
+    assert entry["retired"] == {rel: sha256_bytes(b"a\n1\n")} and entry["outputs"] == {}
+    result = verify(SMOKE, main_datasets=[], notebooks=[], documents=[])
+    assert result.problems == [] and any("1 earlier results retired" in n for n in result.notes)
+    curve.write_text("a\n1\n")  # brought back by hand: the ledger says it is gone
+    (problem,) = check()
+    assert str(curve) in problem and "retired" in problem and "no learning curve" in problem
+
+
+def test_retire_refuses_before_writing_anything(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    curve = _old_curve_and_a_rerun(monkeypatch)
+    rel = f"smoke/{config.NB03_ABLATIONS}/{curve.name}"
+    before = SMOKE.ledger_path.read_text()
+    edited = f"smoke/{config.NB05_SELECTIVE}/selective.csv"
+    (tree / "selective.csv").write_text("model,aurc\nmemsafe,0.10\n")
+    for paths, reason, message in [([rel], " ", "reason"), ([], "x", "at least one"),
+                                   ([rel, "smoke/05_selective/nothing.csv"], "x", "not an output"),
+                                   ([rel, "cpu/05_selective/selective.csv"], "x", "not an output"),
+                                   ([rel, edited], "x", "differs from what its ledger entry recorded")]:
+        with pytest.raises(ValueError, match=message):
+            retire(SMOKE, paths, reason)
+    assert SMOKE.ledger_path.read_text() == before and curve.exists()
+    retire(SMOKE, [rel], "gone")
+    with pytest.raises(ValueError, match="already retired"):
+        retire(SMOKE, [rel], "again")
+
+
+def test_retire_on_the_command_line(tree: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    curve = _old_curve_and_a_rerun(monkeypatch)
+    rel = f"smoke/{config.NB03_ABLATIONS}/{curve.name}"
+    assert main(["retire", "--scale", "smoke", "--record", "--stale"]) == 0
+    assert capsys.readouterr().out.split() == [rel]
+    assert main(["retire", "--scale", "smoke", "--record", "--reason", "no curve", rel]) == 0
+    assert not curve.exists() and check() == []
+    assert main(["retire", "--scale", "smoke", "--record", "--reason", "again", rel]) == 2
+
+
+def test_a_result_deleted_by_hand_is_retired_with_its_recorded_hash(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    curve = _old_curve_and_a_rerun(monkeypatch)
+    rel = f"smoke/{config.NB03_ABLATIONS}/{curve.name}"
+    curve.unlink()
+    assert any("missing" in p for p in check())
+    entry = retire(SMOKE, [rel], "removed with the clone's results")
+    assert entry["retired"] == {rel: sha256_bytes(b"a\n1\n")}
+    assert check() == []
