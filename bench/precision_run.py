@@ -93,7 +93,7 @@ def main() -> None:
     tree = args.tree.resolve()
     finished = (tree / args.scale / config.LEDGER_FILE).exists()  # a finished fp32 tree is compared, not rerun
     minutes = None if finished else round(run_fp32(args.dataset, args.scale, tree), 1)
-    args.tree = str(tree)
+    args.tree = os.path.relpath(tree, config.REPO_ROOT)  # the ledger holds no machine paths
     folder = Path(config.EVALUATE) / args.dataset / "size-matched"
     reference = config.scale_config(args.scale).recorded_dir
     other = tree / args.scale / folder
