@@ -85,3 +85,17 @@ def test_a_filter_value_that_is_itself_a_cell_may_hold_commas(tmp_path: Path) ->
 
     assert value('cpu/g.csv "gain=a, b" v .1f') == "1.0"
     assert value("cpu/g.csv gain=a,b v agg=sum .1f") == "5.0"  # not a cell: a list, as before
+
+
+def test_stage_a_setting_states_the_cpu_scale_as_configured() -> None:
+    """The index's "what differs" text for Stage A must say what the cpu run did: pooled fold
+    encoders, the per-dataset pair cap, the token window and the seed counts of its config."""
+    scale = config.scale_config("cpu")
+    neural = scale.neural
+    text = P.STAGE_A
+    assert neural.stage_a_pool == config.FAMILY_A_DATASETS  # the premise of the wording below
+    assert "pooled over the 3 multi-hop QA datasets" in text
+    assert f"{neural.finetune_max_pairs:,} training pairs of each per fold" in text
+    assert f"{neural.max_length} tokens" in text
+    assert f"{len(neural.encoder_seeds)} Stage A seed" in text
+    assert f"{len(scale.seeds)} Stage B seeds" in text

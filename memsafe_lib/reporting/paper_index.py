@@ -55,7 +55,27 @@ def _h(what: str, ours: str, paper: str | None = None, fmt: str = ".4f") -> Head
 
 
 DATA = "partial local copies of the releases (Table data)"
-STAGE_A = "bi-encoder start (all-MiniLM-L6-v2), 4k pairs per fold at 128 tokens, 3 seeds"
+
+
+def _stage_a_setting(scale: str = "cpu") -> str:
+    """How the committed scale's Stage A differs from the paper's, read off its config so the
+    index cannot fall behind a change of budget (it once said "4k pairs per fold" after the
+    fold encoders were pooled over three datasets)."""
+    run = config.scale_config(scale)
+    neural = run.neural
+    pairs = "all" if neural.finetune_max_pairs is None else f"{neural.finetune_max_pairs:,}"
+    pooled = (f"one fold-encoder pair pooled over the {len(neural.stage_a_pool)} multi-hop QA datasets "
+              f"({pairs} training pairs of each per fold)" if neural.stage_a_pool
+              else f"{pairs} training pairs per fold")
+    return (f"bi-encoder start (all-MiniLM-L6-v2) read as a cross-encoder, {pooled} at {neural.max_length} "
+            f"tokens; {_count(len(neural.encoder_seeds), 'Stage A seed')}, {_count(len(run.seeds), 'Stage B seed')}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+STAGE_A = _stage_a_setting()
 
 ITEMS: tuple[PaperItem, ...] = (
     PaperItem("fig:overview", "the pipeline, construction to gate (a drawing)",
