@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,29 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     gate_dir = Gate.from_estimator(estimator, result.encoders, result.bi, {"dataset": "synthetic"}).save(
         tmp_path_factory.mktemp("gate") / "g")
     return Trained(variants, result, estimator, gate_dir, cache)
+
+
+@dataclass
+class JointGate:
+    directory: Path
+    printed: str
+    """What ``memsafe train`` printed."""
+    artifacts: Path
+    """The artifacts root it trained under (its Stage A caches)."""
+
+
+@pytest.fixture(scope="module")
+def joint_gate(tmp_path_factory: pytest.TempPathFactory) -> JointGate:
+    """One smoke gate trained on MuSiQue and HotpotQA by the CLI, shared by the tests that need a
+    gate trained on real data (training one is the slowest step of this module; the README's
+    snippet test trains the one-dataset gate)."""
+    out = tmp_path_factory.mktemp("joint") / "g"
+    artifacts = tmp_path_factory.mktemp("joint_artifacts")
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
+        env.setenv("MEMSAFE_ARTIFACTS_DIR", str(artifacts))  # module scope: the autouse one is not set yet
+        assert main(["train", "--dataset", "musique,hotpotqa", "--scale", "smoke", "--out", str(out)]) == 0
+    return JointGate(out, printed.getvalue(), artifacts)
 
 
 def test_stage_a_counts_pairs_and_encodes_each_once(trained: Trained) -> None:
@@ -159,21 +184,20 @@ def test_without_provenance_is_how_a_plain_memory_reaches_the_gate() -> None:
 
 
 @pytest.mark.usefixtures("real_data")
-def test_plain_real_memories_score_like_the_gates_own_test_split(tmp_path: Path) -> None:
+def test_plain_real_memories_score_like_the_gates_own_test_split(joint_gate: JointGate, tmp_path: Path) -> None:
     """A smoke gate scores MuSiQue test memories passed as plain {query, units} JSON (no
     provenance): the same AUROC as its in-process no-provenance metric, and no difference
     from scoring them with their provenance that the paired bootstrap can tell from zero."""
     import pandas as pd
 
     from memsafe_lib.config import SCALES
-    from memsafe_lib.gate import train_gate
     from memsafe_lib.measures.inference import paired_bootstrap
     from memsafe_lib.measures.metrics import unsafe_auroc
     from memsafe_lib.variants.store import build
 
     smoke = SCALES["smoke"]
-    gate_dir = train_gate("musique", smoke, out=tmp_path / "gate", progress=False)
-    recorded = json.loads((gate_dir / "config.json").read_text())["metrics"]
+    gate_dir = joint_gate.directory
+    recorded = json.loads((gate_dir / "config.json").read_text())["metrics"]["per_dataset"]["musique"]
     test = [v for v in build("musique", None, smoke)[1].variants if v.split == "test"]
     memories = tmp_path / "memories.jsonl"
     memories.write_text("".join(json.dumps({"id": v.variant_id, "query": v.question,
@@ -224,8 +248,8 @@ def test_cli_score_with_a_risk_budget_answers_only_below_the_controlled_threshol
     assert "train it again" in capsys.readouterr().err
 
 
-def test_one_gate_trains_on_several_datasets_with_shared_fold_encoders(tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_gate_trains_on_several_datasets_with_shared_fold_encoders(joint_gate: JointGate,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """``memsafe train --dataset musique,hotpotqa``: the fold encoders train on both datasets'
     pairs (each under the cap), the set model on both training splits, and the gate reports
     each dataset's metrics with and without provenance beside the pooled ones."""
@@ -235,9 +259,9 @@ def test_one_gate_trains_on_several_datasets_with_shared_fold_encoders(tmp_path:
     from memsafe_lib.variants.store import build
 
     smoke = SCALES["smoke"]
-    assert main(["train", "--dataset", "musique,hotpotqa", "--scale", "smoke", "--out", str(tmp_path / "g")]) == 0
-    config = json.loads((tmp_path / "g" / "config.json").read_text())
-    printed = capsys.readouterr().out
+    monkeypatch.setenv("MEMSAFE_ARTIFACTS_DIR", str(joint_gate.artifacts))
+    config = json.loads((joint_gate.directory / "config.json").read_text())
+    printed = joint_gate.printed
     for name, block in (("all", config["metrics"]), *config["metrics"]["per_dataset"].items()):
         line = next(x for x in printed.splitlines() if x.strip().startswith(f"{name} test "))
         assert line.split()[2:4] == [f"{block['test']['unsafe_auroc']:.3f}",
@@ -251,7 +275,7 @@ def test_one_gate_trains_on_several_datasets_with_shared_fold_encoders(tmp_path:
     tests = {d: [v for v in build(d, None, smoke)[1].variants if v.split == "test"] for d in per}
     assert sum(len(t) for t in tests.values()) == config["metrics"]["test"]["n_variants"]
     musique = tests["musique"]
-    scored = Gate.load(tmp_path / "g").score_variants(musique)
+    scored = Gate.load(joint_gate.directory).score_variants(musique)
     assert unsafe_auroc([v.unsafe for v in musique], [o.unsafe_prob for o in scored]) == pytest.approx(
         per["musique"]["test"]["unsafe_auroc"], abs=0.01)
     assert "test_without_provenance" in per["musique"]
