@@ -387,6 +387,10 @@ def passing_values() -> dict[tuple[str, str, str, str], tuple[float, float]]:
         v[("musique", "family-b-from-a", model, "test")] = (auroc, 0.5)
     v[("mimic-iv", "clinical", "memsafe", "test")] = (0.70, 0.50)
     v[("mimic-iv", "clinical", "lexset", "test")] = (0.60, 0.45)
+    for d in QA:  # H6: blind-matched, blind controls at chance
+        for model, auroc in (("memsafe", 0.70), ("lexset", 0.60), ("blind_bow", 0.50), ("blind_unit", 0.50),
+                             ("blind_set", 0.50), ("question_only", 0.50)):
+            v[(d, "blind-matched", model, "test")] = (auroc, 0.4)
     return v
 
 
@@ -402,7 +406,7 @@ def status(report: pd.DataFrame) -> dict[str, str]:
 def test_hypotheses_pass_on_a_passing_table() -> None:
     out = evaluate_hypotheses(results_table(passing_values()), intervals_table())
     assert list(out.columns) == ["id", "statement", "status", "evidence"]
-    assert status(out) == {f"H{i}": "pass" for i in range(1, 6)}
+    assert status(out) == {f"H{i}": "pass" for i in range(1, 7)}
     h1 = out.set_index("id").loc["H1", "evidence"]
     assert "0.8000" in h1 and "0.7500" in h1 and "+0.0200" in h1  # the numbers used
 
@@ -413,14 +417,18 @@ def test_hypotheses_fail_when_the_claims_do_not_hold() -> None:
     v[("musique", "size-matched", "tfidf", "test")] = (0.60, 0.65)  # tfidf better macro F1 -> H2 fail
     v[("musique", "family-b-from-a", "tfidf", "test")] = (0.58, 0.5)  # tfidf drops only 0.02 -> H3 fail
     v[("mimic-iv", "clinical", "lexset", "test")] = (0.71, 0.45)  # H5 fail
+    v[("hotpotqa", "blind-matched", "blind_set", "test")] = (0.72, 0.4)  # a blind control beats memsafe: H6 fail
     out = evaluate_hypotheses(results_table(v), intervals_table(lo=-0.01))  # H1: interval reaches 0
-    assert status(out) == {f"H{i}": "fail" for i in range(1, 6)}
+    assert status(out) == {f"H{i}": "fail" for i in range(1, 7)}
+    h6 = out.set_index("id").loc["H6", "evidence"]
+    assert "hotpotqa test unsafe_auroc: memsafe 0.7000 - blind_set 0.7200 = -0.0200 (not > 0)" in h6
 
 
 def test_hypotheses_untested_when_models_are_missing() -> None:
     v = {k: x for k, x in passing_values().items()
          if k[2] != "mean_pool" and not (k[0] == "2wikimultihopqa" and k[2] == "memsafe_no_bridge")
-         and not k[0].startswith("mimic") and k[1] != "family-b-from-a"}
+         and not k[0].startswith("mimic") and k[1] != "family-b-from-a"
+         and not (k[1] == "blind-matched" and k[2] == "blind_unit")}
     out = evaluate_hypotheses(results_table(v), None).set_index("id")
     assert out.loc["H1", "status"] == "untested" and "missing mean_pool" in out.loc["H1", "evidence"]
     assert "missing interval" in out.loc["H1", "evidence"]
@@ -431,6 +439,10 @@ def test_hypotheses_untested_when_models_are_missing() -> None:
     assert "2wikimultihopqa test unsafe_auroc: missing memsafe_no_bridge" in out.loc["H4", "evidence"]
     assert "musique test unsafe_auroc: memsafe 0.8000" in out.loc["H4", "evidence"]
     assert out.loc["H5", "status"] == "untested" and "mimic" in out.loc["H5", "evidence"]
+    assert out.loc["H6", "status"] == "untested" and "missing blind_unit" in out.loc["H6", "evidence"]
+    no_blind = {k: x for k, x in v.items() if k[1] != "blind-matched"}
+    h6 = evaluate_hypotheses(results_table(no_blind), None).set_index("id").loc["H6"]
+    assert h6["status"] == "untested" and h6["evidence"] == "no blind-matched runs in the table"
 
 
 def test_smoke_gates() -> None:

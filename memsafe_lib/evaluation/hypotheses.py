@@ -1,5 +1,5 @@
-"""The paper's pre-registered hypotheses H1-H5 and the smoke gates G2-G5, evaluated as code on
-whatever results exist: each verdict is pass, fail or untested, with the evidence that decided it.
+"""The paper's pre-registered hypotheses H1-H5, our H6 (the blind-matched construction) and the
+smoke gates G2-G5, evaluated as code on whatever results exist: each verdict is pass, fail or untested, with the evidence that decided it.
 
 Each check is decided by the notebook whose runs test it (:data:`VERDICT_SOURCES`): notebook 02
 (through ``summarize``) decides H1, H2 and the gates, 03 decides H4, 04 decides H3 and 07 decides
@@ -30,6 +30,9 @@ TEXT_LENGTH, PARAGRAPH_COUNT, MEMSAFE_NO_BRIDGE = "text_length", "paragraph_coun
 MUSIQUE, HOTPOTQA, TWOWIKI = FAMILY_A_DATASETS
 CLINICAL_PREFIX = "mimic"
 FAMILY_A = "size-matched"
+BLIND_MATCHED = "blind-matched"
+BLIND_CONTROLS: tuple[str, ...] = ("blind_bow", "blind_unit", "blind_set", "question_only")
+"""H6's question-blind controls (and the question-only one): :mod:`memsafe_lib.estimators.blind`."""
 FAMILY_B = "family-b-from-a"
 """H3's family-B rows: models trained on family A, scored unchanged on family B's test split
 (notebook 04's transfer); not models trained on family B."""
@@ -56,6 +59,9 @@ STATEMENTS: dict[str, str] = {
     "H4": "removing bridge-conditioned encoding (memsafe_no_bridge) lowers test unsafe AUROC on "
           "MuSiQue and 2WikiMultiHopQA (size-matched)",
     "H5": "memsafe exceeds lexset in test unsafe AUROC on MIMIC",
+    "H6": "memsafe exceeds lexset and every blind control (blind_bow, blind_unit, blind_set, question_only) in "
+          "test unsafe AUROC (mean over seeds) on MuSiQue, HotpotQA and 2WikiMultiHopQA under the blind-matched "
+          "construction (ours, registered before any of its test numbers was read)",
     "G2": "all data invariants hold",
     "G3": f"paragraph_count test unsafe AUROC <= {PARAGRAPH_COUNT_MAX_AUROC:.2f} on every size-matched dataset",
     "G4": f"text_length test unsafe AUROC <= {TEXT_LENGTH_MAX_AUROC:.2f} on every size-matched dataset",
@@ -212,6 +218,10 @@ def evaluate_hypotheses(metrics: pd.DataFrame, intervals: pd.DataFrame | None = 
             ok, text = _exceeds(means, d, cons, TEST, "unsafe_auroc", MEMSAFE, LEXSET)
             h5.append((ok, f"{text} [{cons}]"))
     rows.append(_verdict("H5", h5, nothing=f"no dataset starting with {CLINICAL_PREFIX!r}"))
+
+    h6 = [_exceeds(means, d, BLIND_MATCHED, TEST, "unsafe_auroc", MEMSAFE, other)
+          for d in FAMILY_A_DATASETS for other in (LEXSET, *BLIND_CONTROLS)] if means.datasets(BLIND_MATCHED) else []
+    rows.append(_verdict("H6", h6, nothing=f"no {BLIND_MATCHED} runs in the table"))
     return _report(rows)
 
 
@@ -271,6 +281,7 @@ VERDICT_SOURCES: dict[str, VerdictSource] = {
     "H3": VerdictSource(config.NB04_TRANSFER, config.NB04_TRANSFER),  # transfer, family B from A
     "H4": VerdictSource(config.NB03_ABLATIONS, config.NB03_ABLATIONS),  # the no-bridge ablation
     "H5": VerdictSource(config.NB07_CLINICAL, config.NB07_CLINICAL),  # the clinical runs
+    "H6": _NB02,  # notebook 02's blind-matched section
     **{g: _NB02 for g in ("G2", "G3", "G4", "G5")},
 }
 """The one notebook that decides each row of the table. Notebook 03's ``summarize`` sees
