@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from memsafe_lib.config import PAPER_SEEDS
 from memsafe_lib.estimators.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf
+from memsafe_lib.estimators.blind import BLIND_CONTROLS, BlindBagOfWords, BlindSet, BlindUnitEvidence, QuestionOnly
 from memsafe_lib.estimators.clinical import (
     ClinicalRule,
     clinical_set_features,
@@ -33,6 +34,11 @@ MODELS: dict[str, Callable[[int], Estimator]] = {
     "clinical_rule": lambda seed: ClinicalRule(),
     "recency_only": lambda seed: recency_control(),
     "retrieval_sim": lambda seed: RetrievalSimilarity(),
+    # Blind controls (memsafe_lib/estimators/blind.py): never the question; or only the question.
+    "blind_bow": lambda seed: BlindBagOfWords(),
+    "blind_unit": lambda seed: BlindUnitEvidence(),
+    "blind_set": lambda seed: BlindSet(seed),
+    "question_only": lambda seed: QuestionOnly(),
 }
 
 NEURAL_MODELS: dict[str, Callable[[int, NeuralContext], Estimator]] = {
@@ -96,8 +102,11 @@ LADDER: tuple[str, ...] = ("lexset", "relevance_agg_frozen", "relevance_agg", "m
 """Figure "attribution": from lexical features to the full model, one step at a time."""
 
 
+BLIND: tuple[str, ...] = (*BLIND_CONTROLS, "question_only")
+"""The blind controls: models that never read the question, and the one that reads nothing else."""
+
 MODEL_GROUPS: dict[str, tuple[str, ...]] = {
-    "baselines": ALL_BASELINES, "neural": MAIN_NEURAL, "all": (*MAIN_NEURAL, *ALL_BASELINES),
+    "blind": BLIND, "baselines": ALL_BASELINES, "neural": MAIN_NEURAL, "all": (*MAIN_NEURAL, *ALL_BASELINES),
     "ablation": ABLATIONS, "ladder": LADDER}
 
 

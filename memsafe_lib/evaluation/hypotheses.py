@@ -1,5 +1,6 @@
 """The paper's pre-registered hypotheses H1-H5, our H6 (the blind-matched construction) and the
-smoke gates G2-G5, evaluated as code on whatever results exist: each verdict is pass, fail or untested, with the evidence that decided it.
+smoke gates G2-G5, evaluated as code on whatever results exist: each verdict is pass, fail or
+untested, with the evidence that decided it.
 
 Each check is decided by the notebook whose runs test it (:data:`VERDICT_SOURCES`): notebook 02
 (through ``summarize``) decides H1, H2 and the gates, 03 decides H4, 04 decides H3 and 07 decides

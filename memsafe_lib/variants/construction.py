@@ -1,5 +1,6 @@
 """From base queries to memory variants: the leaky deletion construction, the paper's
-size-matched construction (family A), MuSiQue-Full's native pairs (family B) and the
+size-matched construction (family A), our blind-matched construction (no memory carries its
+label: :func:`build_blind_matched`), MuSiQue-Full's native pairs (family B) and the
 single-paragraph SQuAD 2.0 setting.
 
 Every choice that looks random (split, which distractors, which evidence titles
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from itertools import zip_longest
 from typing import Any
 
 from memsafe_lib.data.loader import hash_rank
@@ -36,7 +38,7 @@ def present_states(states: Iterable[str]) -> list[str]:
     seen = set(states)
     return [s for s in ALL_STATES if s in seen]
 
-CONSTRUCTIONS: tuple[str, ...] = ("size-matched", "deletion", "family-b", "native")
+CONSTRUCTIONS: tuple[str, ...] = ("size-matched", "deletion", "blind-matched", "family-b", "native")
 
 SPLIT_SALT = "memsafe-split-v1"
 SPLIT_RATIOS: tuple[float, float, float] = (0.8, 0.1, 0.1)
@@ -47,6 +49,8 @@ DISTRACTOR_SALT = "memsafe-distractor-order-v1"
 FOLD_SALT = "memsafe-train-fold-v1"
 """Two hash folds of the training questions (Stage A fine-tuning, LexSet cross-fitting)."""
 RELATION_SALT = "memsafe-relation-lost-v1"
+TRIPLE_SALT = "memsafe-blind-triple-v1"
+"""Order in which blind-matched triples are formed, and each memory's unit order."""
 
 # Exclusion reasons (fixed strings so the ledger groups them).
 UNANSWERABLE = "unanswerable source record (reserved for family B)"
@@ -58,6 +62,9 @@ NO_TWIN_UNANSWERABLE = "answerable record without an unanswerable twin"
 CONTEXT_LENGTH_DIFFERS = "answerable and unanswerable contexts differ in length"
 KEEPS_ALL_SUPPORT = "unanswerable context keeps every supporting paragraph"
 NOT_FAMILY_A = "dataset has no family-A construction (single-paragraph contexts)"
+NO_RELATION_LOST = "no relation-lost state (every evidence unit has the same title): blind matching needs all three"
+NO_TRIPLE = ("no blind-matched triple: fewer than two other questions of its split and memory size with "
+             "evidence disjoint from its own")
 
 
 def assign_split(base_id: str, ratios: Sequence[float] = SPLIT_RATIOS, salt: str = SPLIT_SALT) -> str:
@@ -307,9 +314,142 @@ def build_native(queries: Iterable[BaseQuery]) -> ConstructionResult:
     return ConstructionResult(dataset, "native", variants, [])
 
 
+def _key(u: Unit) -> tuple[str, str]:
+    """A paragraph's identity across questions (MuSiQue repeats paragraphs under new unit ids)."""
+    return (u.title, u.text)
+
+
+def _disjoint(a: BaseQuery, b: BaseQuery, c: BaseQuery) -> bool:
+    """Whether the three questions' evidence is pairwise disjoint (by paragraph identity)."""
+    keys = [{_key(u) for u in q.evidence} for q in (a, b, c)]
+    return not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])
+
+
+def _triples(queries: Sequence[BaseQuery]) -> tuple[list[tuple[BaseQuery, ...]], list[BaseQuery]]:
+    """Greedy triples in salted-hash order: each question takes the first two later ones whose
+    evidence is disjoint from its own and each other's."""
+    pool = sorted(queries, key=lambda q: (hash_rank(q.id, TRIPLE_SALT), q.id))
+    triples, left = [], []
+    while pool:
+        a = pool.pop(0)
+        found = None
+        for i, b in enumerate(pool):
+            for j in range(i + 1, len(pool)):
+                if _disjoint(a, b, pool[j]):
+                    found = (i, j)
+                    break
+            if found:
+                break
+        if found is None:
+            left.append(a)
+            continue
+        b, c = pool[found[0]], pool[found[1]]
+        del pool[found[1]], pool[found[0]]
+        triples.append((a, b, c))
+    return triples, left
+
+
+def _shared_memory(owner: BaseQuery, partial: list[Unit], fill: Sequence[Unit], size: int, tag: str
+                   ) -> tuple[Unit, ...]:
+    """Owner's evidence, the next question's relation-lost subset and the first fill units up to
+    ``size``, in a salted-hash order of the triple (source contexts differ, so no source order)."""
+    units = [*owner.evidence, *partial]
+    units += list(fill[: size - len(units)])
+    ordered = sorted(units, key=lambda u: (hash_rank(f"{tag}\x1f{u.unit_id}", TRIPLE_SALT), u.unit_id))
+    return tuple(Unit(u.unit_id, u.title, u.text, False, i) for i, u in enumerate(ordered))
+
+
+def _as_variant(q: BaseQuery, state: str, memory: tuple[Unit, ...]) -> Variant:
+    """``memory`` read for question ``q``: its evidence flags and missing count are q's."""
+    evidence = {_key(u) for u in q.evidence}
+    units = tuple(MemoryUnit(u.unit_id, u.title, u.text, _key(u) in evidence, u.source_position, u.source_position)
+                  for u in memory)
+    return Variant(f"blind-matched:{q.dataset}:{q.id}:{state}", q.id, q.dataset, "blind-matched", state,
+                   assign_split(q.id), len(q.evidence) - sum(u.is_evidence for u in units), q.question, q.answers,
+                   units, len(q.evidence), len(units))
+
+
+def build_blind_matched(queries: Iterable[BaseQuery]) -> ConstructionResult:
+    """Blind matching: no memory carries its label, so a model that never reads the question
+    cannot beat chance.
+
+    Questions of one split with the same size-matched memory size |D| and pairwise disjoint
+    evidence form triples (a, b, c). Three memories of one size n are built,
+
+    * X_a = S_a ∪ RL(S_b) ∪ fill,  X_b = S_b ∪ RL(S_c) ∪ fill,  X_c = S_c ∪ RL(S_a) ∪ fill,
+
+    where RL is the size-matched relation-lost subset, n is |D| unless a question's evidence and
+    the next one's subset need more (2WikiMultiHopQA's four-paragraph questions, |D| = 6, with
+    a three-paragraph subset: n = 7), and the fill is the three questions'
+    distractors interleaved (a, b, c, a, ...; each in its size-matched hash order, no evidence
+    of the triple) so every memory holds about as many distractors of each question. Each
+    question reads all three: its own memory is complete, the one holding its partial evidence is
+    relation-lost, the third is missing. Every memory is therefore complete for one question
+    and unsafe for two, and every question has one complete and two unsafe variants of one size:
+    any score that depends only on the memory (question-blind) or only on the question has unsafe
+    AUROC exactly 1/2 on any split (Proposition 1 applied to memories and to questions), and
+    memory size, |M|/|H| and positions are constant within a base query. Provenance is not
+    kept: units come from three contexts, so each unit's position is its place in the memory.
+    """
+    queries = list(queries)
+    dataset = queries[0].dataset if queries else ""
+    exclusions: list[Exclusion] = []
+    strata: dict[tuple[str, int], list[BaseQuery]] = defaultdict(list)
+    kept: dict[str, list[Unit]] = {}
+    for q in queries:
+        if not q.answerable:
+            exclusions.append(_exclude(q, UNANSWERABLE, "blind-matched"))
+        elif len(q.distractors) < len(q.evidence):
+            exclusions.append(_exclude(q, TOO_FEW_DISTRACTORS, "blind-matched",
+                                       f"|D|={len(q.distractors)}, |S|={len(q.evidence)}"))
+        elif (subset := relation_lost_evidence(q)) is None:
+            exclusions.append(_exclude(q, NO_RELATION_LOST, "blind-matched"))
+        else:
+            kept[q.id] = subset
+            strata[(assign_split(q.id), len(q.distractors))].append(q)
+    variants: list[Variant] = []
+    for (_, n_d), members in sorted(strata.items()):
+        triples, left = _triples(members)
+        exclusions += [_exclude(q, NO_TRIPLE, "blind-matched", f"|D|={n_d}") for q in left]
+        for a, b, c in triples:
+            size = max(n_d, *(len(x.evidence) + len(kept[y.id]) for x, y in ((a, b), (b, c), (c, a))))
+            evidence = {_key(u) for q in (a, b, c) for u in q.evidence}
+            seen: set[tuple[str, str]] = set()
+            fill = []
+            for u in (u for group in zip_longest(*(distractor_order(q) for q in (a, b, c))) for u in group if u):
+                if _key(u) not in evidence and _key(u) not in seen:
+                    seen.add(_key(u))
+                    fill.append(u)
+            tag = f"{a.id}\x1f{b.id}\x1f{c.id}"
+            memory = {q.id: _shared_memory(q, kept[nxt.id], fill, size, tag) for q, nxt in ((a, b), (b, c), (c, a))}
+            for q, nxt, prev in ((a, b, c), (b, c, a), (c, a, b)):
+                variants += [_as_variant(q, COMPLETE, memory[q.id]), _as_variant(q, MISSING, memory[nxt.id]),
+                             _as_variant(q, RELATION_LOST, memory[prev.id])]
+    return ConstructionResult(dataset, "blind-matched", variants, exclusions)
+
+
+def memory_key(v: Variant) -> str:
+    """Everything a question-blind model can read of a memory: its units' titles and texts in
+    order, their source positions and the history's size (never the question, ids or labels)."""
+    units = "\x1e".join(f"{u.title}\x1f{u.text}\x1f{u.source_position}" for u in v.units)
+    return f"{v.source_units}\x1d{units}"
+
+
+def memory_multiplicities(variants: Iterable[Variant]) -> tuple[list[str], list[int], list[int]]:
+    """Per distinct memory (:func:`memory_key`): (keys, number of unsafe variants, number of
+    complete variants). The groups for which Proposition 1 bounds every question-blind score,
+    as :func:`multiplicities` gives them for size-only scores."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for v in variants:
+        counts[memory_key(v)][0 if v.unsafe else 1] += 1
+    keys = sorted(counts)
+    return keys, [counts[k][0] for k in keys], [counts[k][1] for k in keys]
+
+
 BUILDERS = {
     "size-matched": build_size_matched,
     "deletion": build_deletion,
+    "blind-matched": build_blind_matched,
     "family-b": build_family_b,
     "native": build_native,
 }
@@ -356,7 +496,7 @@ def accounting(loaded: LoadResult | LoadSummary, result: ConstructionResult) -> 
 
 
 def default_construction(dataset: str) -> str:
-    """SQuAD 2.0 is used as released; every other QA dataset is size-matched."""
+    """SQuAD 2.0 is used as released; every other QA dataset is size-matched (the paper's)."""
     return "native" if dataset == "squad2" else "size-matched"
 
 

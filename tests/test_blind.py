@@ -1,0 +1,175 @@
+"""The blind audit: controls that never read the question find a planted leak, and the
+blind-matched construction leaves them nothing (every memory complete once and unsafe twice).
+
+Expected values come from the construction's definition (recomputed here from the base
+queries), from Proposition 1 applied to memories (exactly 1/2) and from scikit-learn."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from memsafe_lib.data.records import BaseQuery, Provenance, Unit
+from memsafe_lib.estimators.blind import (
+    BlindBagOfWords,
+    BlindSet,
+    BlindUnitEvidence,
+    QuestionOnly,
+    unit_seen_auroc,
+    unseen_memories,
+)
+from memsafe_lib.measures.metrics import unsafe_auroc
+from memsafe_lib.variants.construction import (
+    COMPLETE,
+    MISSING,
+    RELATION_LOST,
+    build_blind_matched,
+    build_size_matched,
+    by_split,
+    memory_key,
+    memory_multiplicities,
+    multiplicities,
+    relation_lost_evidence,
+)
+from tests.synthetic import make_query
+
+
+def _queries(n: int = 240) -> list[BaseQuery]:
+    """Evidence and distractors that a unit's text alone tells apart (titles E*/D*): a leak."""
+    return [make_query(f"q{i:03d}", 2 + i % 2, 8, seed=i) for i in range(n)]
+
+
+def _shared_queries(n: int = 240, pool: int = 30) -> list[BaseQuery]:
+    """Questions whose evidence paragraphs come from a small shared pool (as MuSiQue's recur), with
+    their own distractors; the two kinds of paragraph are written alike."""
+    out = []
+    for i in range(n):
+        picks = sorted({(i * 7 + k * 11) % pool for k in range(2)})
+        units = [Unit(f"q{i}:e{p}", f"Page {p}", f"page {p} says fact {p}", True, k) for k, p in enumerate(picks)]
+        units += [Unit(f"q{i}:d{k}", f"Page x{i}-{k}", f"page x{i}-{k} says fact x{i}{k}", False, 2 + k)
+                  for k in range(6)]
+        out.append(BaseQuery(f"q{i:03d}", "synthetic", f"question {i}?", ("a",), tuple(units), True,
+                             Provenance("synthetic", i, "0" * 64)))
+    return out
+
+
+def _split(variants):  # noqa: ANN001, ANN202 - test helper
+    parts = by_split(variants)
+    assert {"train", "validation", "test"} <= set(parts)
+    return parts
+
+
+def test_blind_matched_states_follow_from_each_memorys_evidence() -> None:
+    """Recompute each variant's state, missing count and evidence flags from the memory's texts
+    and the question's own evidence: complete = all of S, missing = none, relation-lost = the
+    size-matched relation-lost subset exactly."""
+    queries = {q.id: q for q in _queries(90)}
+    result = build_blind_matched(queries.values())
+    assert result.variants
+    for v in result.variants:
+        q = queries[v.base_id]
+        evidence = {(u.title, u.text) for u in q.evidence}
+        present = {(u.title, u.text) for u in v.units} & evidence
+        expected = {COMPLETE: evidence, MISSING: set(),
+                    RELATION_LOST: {(u.title, u.text) for u in relation_lost_evidence(q) or []}}[v.state]
+        assert present == expected, v.variant_id
+        assert v.missing_count == len(evidence) - len(present)
+        assert [u.is_evidence for u in v.units] == [(u.title, u.text) in evidence for u in v.units]
+        assert len({(u.title, u.text) for u in v.units}) == len(v.units)  # no paragraph twice
+
+
+def test_every_memory_is_complete_once_and_unsafe_twice_in_every_split() -> None:
+    result = build_blind_matched(_queries())
+    accounted = {v.base_id for v in result.variants} | {e.record_id for e in result.exclusions}
+    assert accounted == {q.id for q in _queries()}  # every question used or excluded with a reason
+    for split, variants in _split(result.variants).items():
+        _, n_u, n_c = memory_multiplicities(variants)
+        assert set(zip(n_u, n_c, strict=True)) == {(2, 1)}, split
+        _, q_u, q_c = multiplicities(variants)
+        assert set(zip(q_u, q_c, strict=True)) == {(2, 1)}, split
+        sizes: dict[str, set[int]] = {}
+        for v in variants:
+            sizes.setdefault(v.base_id, set()).add(len(v.units))
+        assert all(len(s) == 1 for s in sizes.values())  # Proposition 1: size constant within a question
+
+
+def test_any_score_of_the_memory_alone_has_auroc_one_half() -> None:
+    """A fixed random function of the memory (a hash), so no model is involved."""
+    for variants in _split(build_blind_matched(_queries()).variants).values():
+        score = [int(hashlib.sha256(memory_key(v).encode()).hexdigest()[:8], 16) for v in variants]
+        y = [v.unsafe for v in variants]
+        assert unsafe_auroc(y, score) == 0.5
+        assert roc_auc_score(y, score) == pytest.approx(0.5, abs=1e-12)
+
+
+def _test_auroc(estimator, variants) -> float:  # noqa: ANN001 - test helper
+    parts = _split(variants)
+    estimator.fit(parts["train"], parts["validation"])
+    test = parts["test"]
+    score = estimator.predict(test).unsafe_prob
+    y = [v.unsafe for v in test]
+    assert unsafe_auroc(y, score) == pytest.approx(roc_auc_score(y, score), abs=1e-12)
+    return unsafe_auroc(y, score)
+
+
+@pytest.mark.parametrize("make", [BlindBagOfWords, BlindUnitEvidence])
+def test_blind_controls_find_the_planted_leak_of_size_matching(make) -> None:  # noqa: ANN001
+    assert _test_auroc(make(), build_size_matched(_queries()).variants) > 0.9
+
+
+@pytest.mark.parametrize("make", [BlindBagOfWords, BlindUnitEvidence, QuestionOnly])
+def test_blind_controls_sit_at_one_half_on_blind_matched(make) -> None:  # noqa: ANN001
+    assert _test_auroc(make(), build_blind_matched(_queries()).variants) == 0.5
+
+
+def test_blind_set_model_finds_the_leak_and_then_sits_at_one_half() -> None:
+    """The set transformer over query-free embeddings (the packaged sentence encoder)."""
+    leaky = _test_auroc(BlindSet(17, epochs=8, patience=None), build_size_matched(_queries(150)).variants)
+    assert leaky > 0.8
+    assert _test_auroc(BlindSet(17, epochs=2, patience=None), build_blind_matched(_queries(150)).variants) == 0.5
+
+
+def test_question_only_reads_unequal_state_counts() -> None:
+    """Where questions contribute different numbers of unsafe variants (single-title evidence has no
+    relation-lost under size matching), a question-only model can read that."""
+    queries = [make_query(f"q{i:03d}", 2, 8, seed=i, titles=["Same", "Same"] if i % 2 else None) for i in range(240)]
+    for q in queries:  # the questions say which kind they are
+        object.__setattr__(q, "question", f"{'single' if q.id[-1] in '13579' else 'double'} {q.id}?")
+    assert _test_auroc(QuestionOnly(), build_size_matched(queries).variants) != 0.5
+
+
+def _training_status_lookup(train, variants) -> list[float]:  # noqa: ANN001 - test helper
+    """The issue's memorisation cue, no learning: how many of a memory's units were evidence in
+    some training memory."""
+    was_evidence = {(u.title, u.text) for v in train for u in v.units if u.is_evidence}
+    return [float(sum((u.title, u.text) in was_evidence for u in v.units)) for v in variants]
+
+
+def test_training_status_reads_size_matched_labels_but_not_blind_matched() -> None:
+    for build, leaks in ((build_size_matched, True), (build_blind_matched, False)):
+        parts = _split(build(_shared_queries()).variants)
+        test = parts["test"]
+        auroc = unsafe_auroc([v.unsafe for v in test], _training_status_lookup(parts["train"], test))
+        if leaks:
+            assert auroc < 0.2  # complete memories hold the paragraphs that were evidence in training
+        else:
+            assert auroc == 0.5
+
+
+def test_unit_seen_auroc_matches_a_hand_count() -> None:
+    train = build_size_matched(_shared_queries(60)).variants
+    parts = _split(train)
+    test = parts["test"]
+    scores = [np.array([1.0 if u.is_evidence else 0.0 for u in v.units]) for v in test]  # a perfect unit model
+    out = unit_seen_auroc(parts["train"], test, scores)
+    seen = {(u.title, u.text) for v in parts["train"] for u in v.units}
+    n_seen = sum((u.title, u.text) in seen for v in test for u in v.units)
+    assert out["units_seen"] == n_seen and out["units_all"] == sum(len(v.units) for v in test)
+    assert out["unit_auroc_all"] == 1.0
+    mask = unseen_memories(parts["train"], test)
+    assert mask.tolist() == [not any((u.title, u.text) in seen for u in v.units) for v in test]
+    assert Counter(mask.tolist())[True] < len(test)  # shared evidence pages: most memories hold a seen unit
