@@ -259,9 +259,11 @@ class ClinicalBudget:
     """Source and patient fraction of the learning curve (its cap is each point's)."""
     curve_caps: tuple[int, ...] = (1000, 2500, 5000, 10_000, 20_000)
     """Question caps of the learning curve (source and patient fraction fixed)."""
-    memory_sizes: tuple[tuple[str, int], ...] = (("mimic-omr", 6), ("mimic-labs", 8))
-    """Units per clinical memory, per dataset (outpatient records are sparser than labs; the
-    paper does not state its sizes)."""
+    memory_sizes: tuple[tuple[str, int], ...] = (("mimic-omr", 4), ("mimic-labs", 8))
+    """Units per clinical memory, per dataset (the paper does not state its sizes). Outpatient
+    records hold few measurement types (blood pressure, weight and BMI make most triples), and
+    every filler must be of another type: on the open demo 4 units keep 26 OMR patients where 6
+    kept 15 (chosen on the data table, before any model was fitted)."""
 
     def memory_size(self, dataset: str) -> int:
         return dict(self.memory_sizes).get(dataset, 8)

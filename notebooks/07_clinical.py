@@ -16,25 +16,29 @@
 # The paper's clinical study is the only setting with a **stale** memory: the newest value is
 # gone but an older, superseded one is there, so the memory answers confidently and wrongly.
 # The paper does not spell out its construction; ours (`memsafe_lib/variants/clinical.py`)
-# follows the paper's own lesson that no state may be readable from the memory's surface:
+# holds the paper's own lesson to its strict form: **no memory may carry its label**.
 #
 # * **Events → units.** Each MIMIC-IV measurement (outpatient record or laboratory value) is a
 #   unit, `Day 412: Creatinine (Blood) 1.1 mg/dL`, with days counted from the patient's first
 #   event in the table (no calendar dates).
-# * **Questions.** For a patient, a measurement and its k-th event (k ≥ 2), asked as of the
-#   patient's next day with any event: *latest* ("what is the most recent value?", one
-#   evidence event) and *change* ("how did it change between its last two measurements?", two).
-# * **States, surface-matched.** Every memory holds three *slots* on the days of the
-#   measurement's last three events, plus shared fillers. A slot holds either the asked
-#   measurement's event or a *stand-in*: another measurement recorded that day, of near-equal
-#   text length. complete, missing, relation-lost (change only) and stale differ only in which
-#   slots hold the asked measurement, so they share size, unit days, positions and (within a
-#   few characters) text length: only reading *which* measurement a unit is tells them apart.
+# * **Questions.** Three measurements a, b, c of a patient whose two newest values fall on the
+#   same two days d1 < d2 form a triple, asked as of the patient's next day with any event:
+#   *latest* ("what is the most recent value?", one evidence event) and *change* ("how did it
+#   change between its last two measurements?", two).
+# * **Memories shared by three questions.** *latest*: `{a@d2, b@d1}`, `{b@d2, c@d1}`,
+#   `{c@d2, a@d1}`; *change*: `{a@d1, a@d2, b@d2}` and its rotations; each filled with the same
+#   events of other measurements. For a, the first is complete, the one holding only a@d1 is
+#   stale (only a@d2: relation-lost), the one without a is missing. So every memory is complete
+#   for one question and unsafe for two, and every question has one complete and two unsafe
+#   variants: any score of the memory alone, or of the question alone, sits at exactly 1/2.
 # * **Splits by patient**; patients sampled and questions capped in salted-hash order.
 #
-# An earlier construction filled memories with random other events, so a complete memory always
-# held the history's newest event and a provenance-only control read the state at 0.74 test
-# AUROC; section 3 checks every surface control first.
+# Two earlier constructions leaked. Random fillers let a provenance-only control read the state
+# at 0.74 test AUROC (a complete memory always held the history's newest event). Same-day
+# stand-ins fixed that, but fillers never held the asked measurement, so a missing memory held one
+# measurement type fewer (a question-blind model on type counts read 0.70 on OMR) and the question
+# type alone read 0.55 ("latest" had three states, "change" four). Section 3 checks every surface
+# and blind control first.
 #
 # We have the open 100-patient demo, not the credentialed cohort: the paper's rows (thousands of
 # patients) are reference only, and a test split of a few patients makes every number noisy.
@@ -44,7 +48,7 @@
 # %% tags=["parameters"]
 scale = "smoke"
 models = ["memsafe", "lexset", "clinical_rule", "majority", "paragraph_count", "text_length", "provenance_only",
-          "recency_only"]
+          "recency_only", "blind_bow", "blind_unit", "blind_set", "question_only"]
 encoder = None
 
 # %%
@@ -81,15 +85,16 @@ print(f"  curve: {cfg.clinical.curve.label.rsplit(',', 1)[0]}, caps {list(cfg.cl
 
 # %% [markdown]
 # ## 1 · A synthetic example memory
-# Generated here, not taken from MIMIC: one synthetic patient with weight and blood pressure.
+# Generated here, not taken from MIMIC: one synthetic patient with weight, blood pressure and BMI
+# measured on days 0 and 30, and height (the filler) on days 0, 15 and 45. The first question's
+# three memories; `*` marks its evidence.
 
 # %%
 synthetic = [Event("p900", day, i, name, value, text, unit, i) for i, (day, name, value, text, unit) in enumerate([
-    (0, "Weight", 150.0, "150", "Lbs"), (0, "Blood Pressure", 120.0, "120/80", "mmHg"),
-    (30, "Weight", 152.0, "152", "Lbs"), (30, "Blood Pressure", 118.0, "118/76", "mmHg"),
-    (45, "BMI", 24.1, "24.1", "kg/m2"), (60, "Weight", 149.0, "149", "Lbs"),
-    (60, "Blood Pressure", 124.0, "124/82", "mmHg"),
-    (75, "BMI", 23.9, "23.9", "kg/m2"), (90, "Height", 68.0, "68", "Inches"), (95, "BMI", 24.0, "24.0", "kg/m2")])]
+    (0, "Weight", 150.0, "150", "Lbs"), (0, "Blood Pressure", 120.0, "120/80", "mmHg"), (0, "BMI", 24.1, "24.1", "kg/m2"),
+    (0, "Height", 68.0, "68", "Inches"), (15, "Height", 68.0, "68", "Inches"), (30, "Weight", 152.0, "152", "Lbs"),
+    (30, "Blood Pressure", 118.0, "118/76", "mmHg"), (30, "BMI", 24.3, "24.3", "kg/m2"),
+    (45, "Height", 68.0, "68", "Inches")])]
 example = build_clinical(ClinicalLoad("synthetic", [], synthetic, [], 1, len(synthetic)), memory_size=4,
                          kinds=("latest",))
 for v in example.variants[:3]:
@@ -112,13 +117,16 @@ write_csv(out / "data_table.csv", data_table)
 data_table.T
 
 # %% [markdown]
-# ## 3 · Surface controls first
+# ## 3 · Surface and blind controls first
 #
-# Each control sees only what a leak could exploit: the paragraph count, the total text length,
-# provenance (positions in the history, |M|/|H|), and recency read without looking at which
-# measurement was asked (the days of the units relative to the query day). On a construction
-# that does not leak, each sits at chance; we hold them to the QA rows' tolerance, test unsafe
-# AUROC between 0.45 and 0.55 (notebook 01 does the same for the QA constructions).
+# Each surface control sees only what a leak could exploit: the paragraph count, the total text
+# length, provenance (positions in the history, |M|/|H|), and recency read without looking at
+# which measurement was asked (the days of the units relative to the query day). The blind
+# controls read everything in the memory but never the question (its bag of words, a per-unit
+# evidence model, a set transformer over query-free unit embeddings); the question-only control
+# reads nothing else. On a construction that does not leak each sits at chance; we hold them to
+# test unsafe AUROC between 0.45 and 0.55 (notebook 01 does the same for the QA constructions).
+# Here every one is a function of the memory alone or of the question alone, so it sits at 1/2.
 
 # %%
 requests = [EvaluationRequest(s.dataset, tuple(models), "clinical", config.NB07_CLINICAL, clinical=s)

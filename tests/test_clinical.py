@@ -22,14 +22,17 @@ def _write(path: Path, header: str, rows: list[str]) -> Path:
     return path
 
 
-def synthetic_omr(root: Path, patients: int = 6, visits: int = 5) -> Path:
-    """Synthetic patients (ids 9000+), a weight, a BMI and a blood pressure per visit."""
+def synthetic_omr(root: Path, patients: int = 6, visits: int = 5, heights: bool = False) -> Path:
+    """Synthetic patients (ids 9000+), a weight, a BMI and a blood pressure per visit (and a
+    height on every other visit: a fourth measurement, so memories have fillers)."""
     rows = []
     for p in range(patients):
         for v in range(visits):
             day = f"2150-0{1 + v}-1{p % 9}"
             rows += [f"{9000 + p},{day},1,Weight (Lbs),{150 + p + v}", f"{9000 + p},{day},1,BMI (kg/m2),{20 + v}.5",
                      f"{9000 + p},{day},1,Blood Pressure,{110 + v}/{70 + p}"]
+            if heights and v % 2 == 0:
+                rows.append(f"{9000 + p},{day},1,Height (Inches),{60 + p}")
     rows += ["9000,2150-01-10,2,Weight (Lbs),151", "9001,,1,Weight (Lbs),160", "9002,2150-02-11,1,Height (Inches),tall"]
     return _write(root / "mimic-iv-demo" / "2.2" / "hosp" / "omr.csv.gz",
                   "subject_id,chartdate,seq_num,result_name,result_value", rows)
@@ -63,91 +66,112 @@ def _measurement(question: str, kind: str) -> str:
             else question.split("patient's ")[1].split(" change between")[0])
 
 
-def test_clinical_states_are_size_matched_and_exact(tmp_path: Path) -> None:
-    synthetic_omr(tmp_path, patients=8, visits=6)
-    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=5)
+def _asked_days(v: object, measurement: str) -> list[int]:
+    return [int(u.text.split(":")[0].split()[1]) for u in v.units  # type: ignore[attr-defined]
+            if u.text.split(": ", 1)[1].startswith(measurement + " ")]
+
+
+def test_clinical_states_follow_from_the_asked_measurements_events(tmp_path: Path) -> None:
+    """Recomputed from each memory's texts: complete holds the asked measurement's newest value
+    (and for change the one before), stale only an older one, relation-lost only the newest,
+    missing none; one complete and two unsafe variants of one size per question."""
+    synthetic_omr(tmp_path, patients=8, visits=6, heights=True)
+    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=4)
     by_base: dict[str, dict[str, object]] = {}
     for v in result.variants:
         by_base.setdefault(v.base_id, {})[v.state] = v
-    assert by_base and all(len({len(v.units) for v in states.values()}) == 1 for states in by_base.values())
+    assert len(by_base) > 20 and all(len({len(v.units) for v in states.values()}) == 1  # type: ignore[attr-defined]
+                                     for states in by_base.values())
     for base, states in by_base.items():
         kind = base.rsplit("-", 1)[1]
-        assert set(states) == ({"complete", "missing", "stale", "relation_lost"} if kind == "change"
+        assert set(states) == ({"complete", "missing", "relation_lost"} if kind == "change"
                                else {"complete", "missing", "stale"})
-        complete, stale, missing = states["complete"], states["stale"], states["missing"]
+        complete, missing = states["complete"], states["missing"]
         g = 2 if kind == "change" else 1
-        assert complete.missing_count == 0 and sum(u.is_evidence for u in complete.units) == g
-        assert missing.missing_count == g and not any(u.is_evidence for u in missing.units)
-        measurement = _measurement(complete.question, kind)
-
-        def asked(v: object, m: str = measurement) -> list[int]:
-            return [int(u.text.split(":")[0].split()[1]) for u in v.units  # type: ignore[attr-defined]
-                    if u.text.split(": ", 1)[1].startswith(m + " ")]
-
-        assert asked(missing) == []
-        # complete: the newest value of the asked measurement; stale: it is gone, an older one is there
-        assert len(asked(complete)) == g and len(asked(stale)) == g and max(asked(stale)) < max(asked(complete))
-        day = int(complete.question.split("day ")[1].split(",")[0])
-        assert all(int(u.text.split(":")[0].split()[1]) < day for v in states.values() for u in v.units)
-        if kind == "change":
-            rl = states["relation_lost"]
-            assert rl.missing_count == 1 and sum(u.is_evidence for u in rl.units) == 1 and len(asked(rl)) == 1
+        assert complete.missing_count == 0 and sum(u.is_evidence for u in complete.units) == g  # type: ignore[attr-defined]
+        assert missing.missing_count == g and not any(u.is_evidence for u in missing.units)  # type: ignore[attr-defined]
+        measurement = _measurement(complete.question, kind)  # type: ignore[attr-defined]
+        assert _asked_days(missing, measurement) == [] and len(_asked_days(complete, measurement)) == g
+        newest = max(_asked_days(complete, measurement))
+        if kind == "latest":  # stale: the newest value is gone, the one before it is there
+            stale_days = _asked_days(states["stale"], measurement)
+            assert len(stale_days) == 1 and stale_days[0] < newest
+        else:  # relation-lost: only the newest value
+            assert _asked_days(states["relation_lost"], measurement) == [newest]
+            assert states["relation_lost"].missing_count == 1  # type: ignore[attr-defined]
+        day = int(complete.question.split("day ")[1].split(",")[0])  # type: ignore[attr-defined]
+        assert all(int(u.text.split(":")[0].split()[1]) < day for v in states.values() for u in v.units)  # type: ignore[attr-defined]
     splits = by_split(result.variants)
     patients = {s: {v.base_id.split("-")[0] for v in vs} for s, vs in splits.items()}
     assert all(not (patients[a] & patients[b]) for a in patients for b in patients if a < b)  # split by patient
 
 
-def test_every_state_of_a_question_shares_its_surface(tmp_path: Path) -> None:
-    """The states differ only in which slots hold the asked measurement: same size, same unit
-    days in the same memory order, same source positions and history size, text lengths
-    within the stand-in gap per slot."""
-    synthetic_omr(tmp_path, patients=8, visits=6)
-    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=5)
+def test_every_memory_is_complete_once_and_unsafe_twice(tmp_path: Path) -> None:
+    """The blind-matching invariant: per split, every memory (as a question-blind model reads it)
+    is complete for one question and unsafe for two, and every question has one complete and two
+    unsafe variants; a question's memories share their days, positions and history size."""
+    from memsafe_lib.variants.construction import memory_multiplicities, multiplicities
+
+    synthetic_omr(tmp_path, patients=8, visits=6, heights=True)
+    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=4)
+    for split, variants in by_split(result.variants).items():
+        _, n_u, n_c = memory_multiplicities(variants)
+        assert set(zip(n_u, n_c, strict=True)) == {(2, 1)}, split
+        _, q_u, q_c = multiplicities(variants)
+        assert set(zip(q_u, q_c, strict=True)) == {(2, 1)}, split
     by_base: dict[str, list] = {}
     for v in result.variants:
         by_base.setdefault(v.base_id, []).append(v)
-    assert len(by_base) > 20
     for variants in by_base.values():
         days = {tuple(u.text.split(":")[0] for u in v.units) for v in variants}
         positions = {tuple(u.source_position for u in v.units) for v in variants}
         assert len(days) == 1 and len(positions) == 1 and len({v.source_units for v in variants}) == 1
-        lengths = [sum(len(u.text) for u in v.units) for v in variants]
-        assert max(lengths) - min(lengths) <= 2 * 3 * CL.MAX_LENGTH_GAP
 
 
-def test_surface_controls_sit_at_chance(tmp_path: Path) -> None:
-    """Paragraph count, text length, provenance and measurement-blind recency, fitted on
-    train, score every split at chance (the old construction: provenance far above it, since a
-    complete memory always held the history's newest event)."""
+def test_surface_blind_and_question_only_controls_sit_at_one_half(tmp_path: Path) -> None:
+    """Paragraph count, text length, provenance, measurement-blind recency, the blind controls
+    and the question-only control, fitted on train: exactly 1/2 on every split (every score of the
+    memory alone, or of the question alone). The earlier construction let a type-count model read
+    0.70 and the question type 0.55."""
     from memsafe_lib.estimators.registry import make_model
     from memsafe_lib.measures.metrics import unsafe_auroc
 
-    synthetic_omr(tmp_path, patients=16, visits=8)
-    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=5)
-    train = [v for v in result.variants if v.split == "train"]
-    assert train and {v.state for v in train} == {"complete", "missing", "stale", "relation_lost"}
-    for control in ("paragraph_count", "provenance_only", "recency_only", "text_length"):
-        preds = make_model(control, 17).fit(train).predict(result.variants)
-        auroc = unsafe_auroc([v.unsafe for v in result.variants], preds.unsafe_prob)
-        assert 0.45 <= auroc <= 0.55, (control, auroc)
-
-
-def test_a_day_without_a_stand_in_excludes_the_question(tmp_path: Path) -> None:
-    """Blood pressure's text is far longer than weight's or BMI's, so on the synthetic visits it
-    has no stand-in within the gap: its questions are excluded with that reason."""
-    synthetic_omr(tmp_path, patients=4, visits=5)
+    synthetic_omr(tmp_path, patients=16, visits=8, heights=True)
     result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=4)
-    assert not any("Blood Pressure" in v.question for v in result.variants)
-    assert any(e.reason == CL.NO_STAND_IN and e.stage == "clinical" for e in result.exclusions)
-    wide = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=4, max_length_gap=100)
-    assert any("Blood Pressure" in v.question for v in wide.variants)
+    splits = by_split(result.variants)
+    assert {v.state for v in splits["train"]} == {"complete", "missing", "stale", "relation_lost"}
+    for control in ("paragraph_count", "provenance_only", "recency_only", "text_length", "blind_bow", "blind_unit",
+                    "question_only"):
+        model = make_model(control, 17).fit(splits["train"], splits.get("validation"))
+        for split, variants in splits.items():
+            auroc = unsafe_auroc([v.unsafe for v in variants], model.predict(variants).unsafe_prob)
+            assert auroc == 0.5, (control, split, auroc)
+    types = [float(len({u.text.split(": ", 1)[1].rsplit(" ", 2)[0] for u in v.units})) for v in result.variants]
+    assert unsafe_auroc([v.unsafe for v in result.variants], types) == 0.5  # the old leak: distinct types
+    kind = [float("change" in v.question) for v in result.variants]
+    assert unsafe_auroc([v.unsafe for v in result.variants], kind) == 0.5  # the old leak: question type
+
+
+def test_leftover_measurements_and_short_histories_are_excluded_with_reasons(tmp_path: Path) -> None:
+    """Four measurements on each visit pair make one triple and one leftover; without a fourth
+    measurement there is nothing to fill a memory with."""
+    synthetic_omr(tmp_path, patients=4, visits=5, heights=True)
+    load = M.load_clinical("mimic-omr", tmp_path)
+    result = CL.build_clinical(load, memory_size=4)
+    reasons = Counter(e.reason for e in result.exclusions if e.stage == "clinical")
+    assert reasons[CL.NO_TRIPLE] > 0 and reasons[CL.NO_QUERY_DAY] > 0
+    bare = tmp_path / "bare"
+    synthetic_omr(bare, patients=4, visits=5)
+    none = CL.build_clinical(M.load_clinical("mimic-omr", bare), memory_size=4)
+    assert none.variants == [] and Counter(e.reason for e in none.exclusions)[CL.TOO_FEW_FILLERS] > 0
+    assert CL.build_clinical(M.load_clinical("mimic-omr", bare), memory_size=3, kinds=("change",)).variants
 
 
 def test_selection_does_not_depend_on_the_pseudonym_salt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Credentialed pseudonyms come from a private salt; sampling, caps, splits and memories read
     the cohort key, so two machines select the same questions with the same memories (only the
     pseudonyms in the ids differ)."""
-    demo = synthetic_omr(tmp_path / "demo", patients=12, visits=6)
+    demo = synthetic_omr(tmp_path / "demo", patients=12, visits=6, heights=True)
     table = tmp_path / "cred" / "mimic-iv" / "3.1" / "hosp" / "omr.csv.gz"
     table.parent.mkdir(parents=True)
     demo.rename(table)
@@ -155,7 +179,7 @@ def test_selection_does_not_depend_on_the_pseudonym_salt(tmp_path: Path, monkeyp
     contents, owners = [], []
     for salt in ("machine-a", "machine-b"):
         monkeypatch.setenv("MEMSAFE_PSEUDONYM_SALT", salt)
-        result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path / "cred"), memory_size=5,
+        result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path / "cred"), memory_size=4,
                                    patient_fraction=0.6, question_cap=40)
         content = {v.variant_id: (v.split, v.state, v.question, tuple(u.text for u in v.units))
                    for v in result.variants}
@@ -166,13 +190,13 @@ def test_selection_does_not_depend_on_the_pseudonym_salt(tmp_path: Path, monkeyp
 
 
 def test_question_cap_and_patient_fraction_are_deterministic(tmp_path: Path) -> None:
-    synthetic_omr(tmp_path, patients=8, visits=6)
+    synthetic_omr(tmp_path, patients=8, visits=6, heights=True)
     load = M.load_clinical("mimic-omr", tmp_path)
-    a = CL.build_clinical(load, memory_size=5, question_cap=10)
-    b = CL.build_clinical(load, memory_size=5, question_cap=10)
+    a = CL.build_clinical(load, memory_size=4, question_cap=12)
+    b = CL.build_clinical(load, memory_size=4, question_cap=12)
     assert [v.variant_id for v in a.variants] == [v.variant_id for v in b.variants]
-    assert len({v.base_id for v in a.variants}) == 10
-    half = CL.build_clinical(load, memory_size=5, patient_fraction=0.5)
+    assert len({v.base_id for v in a.variants}) == 12  # two whole triples of six questions
+    half = CL.build_clinical(load, memory_size=4, patient_fraction=0.5)
     assert 0 < len({v.base_id.split("-")[0] for v in half.variants}) < 8
     assert Counter(e.reason for e in half.exclusions)[CL.NOT_SAMPLED] >= 1
 
@@ -182,7 +206,7 @@ def test_the_demo_builds_and_adds_up() -> None:
     """Aggregates only: every OMR row is used or excluded, and every state occurs."""
     load = M.load_clinical("mimic-omr")
     assert load.raw_records == len(load.events) + len(load.exclusions) > 2000
-    result = CL.build_clinical(load, memory_size=6, question_cap=400)
+    result = CL.build_clinical(load, memory_size=4, question_cap=400)
     assert set(Counter(v.state for v in result.variants)) == {"complete", "missing", "stale", "relation_lost"}
 
 
@@ -191,8 +215,8 @@ def test_rule_and_clinical_features_read_what_the_construction_wrote(tmp_path: P
     from memsafe_lib.estimators.registry import make_model
     from memsafe_lib.measures.metrics import unsafe_auroc
 
-    synthetic_omr(tmp_path, patients=12, visits=7)
-    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=5)
+    synthetic_omr(tmp_path, patients=12, visits=7, heights=True)
+    result = CL.build_clinical(M.load_clinical("mimic-omr", tmp_path), memory_size=4)
     for v in result.variants[:40]:
         q = parse_question(v.question)
         assert q is not None and q.kind in ("latest", "change")
@@ -203,7 +227,8 @@ def test_rule_and_clinical_features_read_what_the_construction_wrote(tmp_path: P
             assert len(asked) >= (2 if q.kind == "change" else 1)
     complete = [v for v in result.variants if v.state == "complete"]
     stale = {v.base_id: v for v in result.variants if v.state == "stale"}
-    assert all(recency_age(stale[v.base_id]) > recency_age(v) for v in complete)  # stale is older, by construction
+    assert all(recency_age(stale[v.base_id]) > recency_age(v) for v in complete if v.base_id in stale)  # older
+    assert stale and set(stale) == {v.base_id for v in complete if v.base_id.endswith("-latest")}
     rule = ClinicalRule().fit(result.variants)
     preds = rule.predict(result.variants)
     assert unsafe_auroc([v.unsafe for v in result.variants], preds.unsafe_prob) > 0.8

@@ -13,8 +13,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 MODELS: tuple[str, ...] = ("memsafe", "lexset", "clinical_rule")
-CONTROLS: tuple[str, ...] = ("majority", "paragraph_count", "text_length", "provenance_only", "recency_only")
-"""Surface controls: each sees only what a leaky construction would give away."""
+CONTROLS: tuple[str, ...] = ("majority", "paragraph_count", "text_length", "provenance_only", "recency_only",
+                             "blind_bow", "blind_unit", "blind_set", "question_only")
+"""Surface and blind controls: each sees only what a leaky construction would give away (the
+memory without the question, or the question without the memory)."""
 CHANCE_BAND: tuple[float, float] = (0.45, 0.55)
 """Test unsafe AUROC a control must stay within (the tolerance of the QA rows, notebook 01)."""
 

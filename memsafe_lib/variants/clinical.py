@@ -1,52 +1,45 @@
 """Clinical memories from MIMIC-IV measurement events, with the stale state (notebook 07).
 
 The paper does not spell out its clinical construction; this is ours. Its one design rule is
-the paper's own lesson: **no state may be readable from the memory's surface.** Every state of
-a question holds units on the same days, at the same positions, of near-equal text length, so
-a model that does not read *which measurement* a unit is and compare it with the question sits
-at chance (size, length, position and recency controls: notebook 07's control table).
+the paper's lesson taken to its strict form: **no memory may carry its label.** Every memory is
+complete for one question and unsafe for two others, so a model that does not read the
+question (and compare the asked measurement with the memory) sits at chance, exactly; and
+every question has one complete and two unsafe variants of one size, so a model that reads only
+the question sits at chance too (Proposition 1 applied to memories and to questions).
 
 * **Units.** One measurement event rendered as text: ``Day 412: Creatinine (Blood) 1.1 mg/dL``
   (days since the patient's first event in the table, never a calendar date). A unit's source
   position is the history index of its *day*'s first event: events of one day share a position,
   since their order within a day is recording order, not time.
-* **Questions.** For a patient, a measurement ``m`` and its k-th event ``e_k`` (k >= 2), asked
-  "as of" a query day: the patient's next day with any event after ``e_k``'s day, no later than
-  ``m``'s next event, so ``e_k`` is the latest value of ``m`` before the query day. The history
-  is every event on an earlier day than the query. Two kinds share each (patient, m, k):
+* **Triples.** For a patient and two days d1 < d2, the measurements whose consecutive events
+  fall on d1 and d2 (so d2 holds their newest value and d1 the one before) are put in
+  salted-hash order and taken three at a time, (a, b, c). The query day is the patient's next
+  day with any event after d2; the history is every event on an earlier day. With ``m@d`` the
+  measurement's last event on day ``d``:
 
-  - *latest*: "what is the most recent value?"; evidence ``{e_k}`` (g = 1);
-  - *change*: "how did it change between its last two measurements?"; evidence
-    ``{e_{k-1}, e_k}`` (g = 2).
-* **Slots and stand-ins.** A memory has three *slots*, on the days of ``e_{k-2}``, ``e_{k-1}``
-  and ``e_k``, plus ``memory_size - 3`` fillers (the patient's events of other measurements
-  before the query day, in salted-hash order). Each slot holds either its event of ``m`` or a
-  *stand-in*: an event of another measurement recorded the same day whose text is at most
-  :data:`MAX_LENGTH_GAP` characters longer or shorter (the closest, ties in salted-hash order;
-  a question without one is excluded). States differ only in which slots hold ``m``:
+  - *latest* ("what is the most recent value?", evidence ``{m@d2}``):
+    ``L_a = {a@d2, b@d1}``, ``L_b = {b@d2, c@d1}``, ``L_c = {c@d2, a@d1}``. For a, ``L_a`` is
+    complete, ``L_c`` stale (only the superseded value), ``L_b`` missing;
+  - *change* ("how did it change between its last two measurements?", evidence
+    ``{m@d1, m@d2}``): ``C_a = {a@d1, a@d2, b@d2}``, ``C_b``, ``C_c`` likewise. For a, ``C_a`` is
+    complete, ``C_c`` relation-lost (only the newest value), ``C_b`` missing.
 
-  ======================  =========  =========  =====
-  state                   e_{k-2}    e_{k-1}    e_k
-  ======================  =========  =========  =====
-  latest: complete        stand-in   stand-in   e_k
-  latest: stale           stand-in   e_{k-1}    stand-in
-  change: complete        stand-in   e_{k-1}    e_k
-  change: relation-lost   stand-in   stand-in   e_k
-  change: stale           e_{k-2}    e_{k-1}    stand-in
-  missing (both kinds)    stand-in   stand-in   stand-in
-  ======================  =========  =========  =====
-
-  So every state has the same size, the same unit days, the same unit positions in memory and
-  in the history, and text lengths within a few characters of each other. An earlier version
-  filled memories with hash-ordered fillers only: a complete memory then always held the
-  history's newest event, and a provenance-only control read the state at 0.74 test AUROC.
+  Every memory is filled to ``memory_size`` with the same fillers: the patient's events of
+  *other* measurements before the query day, in salted-hash order of the triple. A memory of a
+  triple therefore differs from its siblings only in which measurement sits in which slot, and
+  it is the same memory, unit for unit, for each of the three questions that read it.
+* **What an earlier version leaked.** States used to differ by which slots held the asked
+  measurement or a same-day stand-in of another. Fillers excluded the asked measurement, so a
+  missing memory held one measurement type fewer: a question-blind logistic model on type
+  counts read the state at 0.70 test AUROC on OMR, and since "latest" questions had three states
+  and "change" questions four, the question type alone read 0.55. (Before that, hash-ordered
+  fillers alone let a provenance-only control read the state at 0.74.)
 * **Sampling and splits.** Patients are sampled by a salted hash (``patient_fraction``) and
   assigned to splits by the shared split function, both of their cohort key (a public hash of
   the subject id, held in memory only), so every machine selects the same patients while
   credentialed pseudonyms stay private; no patient crosses splits. Questions are capped in
-  salted-hash order of their (patient, m, k) group (every hash here reads the cohort key,
-  never the pseudonym), so both kinds of a group are kept or dropped together and every group
-  contributes the same states (Proposition 1's condition for surface controls at one half).
+  salted-hash order of their triples (every hash here reads the cohort key, never the
+  pseudonym), so a triple's six questions are kept or dropped together.
 
 Variants carry state, evidence flags and missing count exactly like the QA variants, so every
 estimator and metric runs unchanged. Ids are pseudonymous (``p012-m003-k4-change``).
@@ -77,31 +70,23 @@ from memsafe_lib.variants.construction import (
 CLINICAL = "clinical"
 Kind = Literal["latest", "change"]
 KINDS: tuple[Kind, ...] = ("latest", "change")
-SLOTS = 3
-"""Slots on the days of e_{k-2}, e_{k-1} and e_k."""
-FILLER_SALT = "memsafe-clinical-filler-v2"
-STAND_IN_SALT = "memsafe-clinical-stand-in-v1"
+TRIPLE = 3
+"""Measurements per triple: each memory is complete for one and unsafe for the other two."""
+FILLER_SALT = "memsafe-clinical-filler-v3"
+TRIPLE_SALT = "memsafe-clinical-triple-v1"
 SAMPLE_SALT = "memsafe-clinical-patient-sample-v1"
-CAP_SALT = "memsafe-clinical-question-cap-v2"
+CAP_SALT = "memsafe-clinical-question-cap-v3"
 TOO_FEW_FILLERS = "too few events of other measurements before the query day to fill the memory"
 NO_QUERY_DAY = "no later day with an event after the anchor (its last day in the table)"
-NO_STAND_IN = ("no event of another measurement on an evidence event's day, of near-equal text length, to stand "
-               "in for it")
-MAX_LENGTH_GAP = 4
-"""Characters a stand-in's text may differ from its anchor's. Without a limit, OMR stand-ins
-were shorter than the asked measurement often enough (blood pressure, the most asked, has the
-longest text) that total text length read the state at 0.547 AUROC over all variants; at 4
-characters it sits at chance (notebook 07's control table)."""
-NO_RELATION_LOST = "a single-event question has no relation-lost state"
+NO_TRIPLE = ("fewer than three measurements with consecutive events on the same two days (the rest of its "
+             "day pair after triples were formed)")
 NOT_SAMPLED = "patient not sampled (patient fraction)"
 CAPPED = "question not sampled (question cap)"
 
-SLOT_STATES: dict[Kind, tuple[tuple[str, tuple[bool, bool, bool]], ...]] = {
-    "latest": ((COMPLETE, (False, False, True)), (MISSING, (False, False, False)), (STALE, (False, True, False))),
-    "change": ((COMPLETE, (False, True, True)), (MISSING, (False, False, False)),
-               (STALE, (True, True, False)), (RELATION_LOST, (False, False, True))),
-}
-"""Per kind, each state and which slots (e_{k-2}, e_{k-1}, e_k) hold the asked measurement."""
+STATES_OF: dict[Kind, tuple[str, str, str]] = {"latest": (COMPLETE, MISSING, STALE),
+                                               "change": (COMPLETE, MISSING, RELATION_LOST)}
+"""Per kind, the state of the question's own memory, of the next one's and of the previous one's
+(a -> b -> c -> a): the next holds none of its events, the previous holds one."""
 
 
 def _question(kind: Kind, measurement: str, day: int) -> str:
@@ -110,166 +95,155 @@ def _question(kind: Kind, measurement: str, day: int) -> str:
     return f"As of day {day}, how did the patient's {measurement} change between its last two measurements?"
 
 
-def _answer(kind: Kind, events: Sequence[Event]) -> str:
-    return events[-1].text_value if kind == "latest" else f"{events[-2].text_value} -> {events[-1].text_value}"
+def _answer(kind: Kind, older: Event, newer: Event) -> str:
+    return newer.text_value if kind == "latest" else f"{older.text_value} -> {newer.text_value}"
 
 
 @dataclass(frozen=True)
-class _Candidate:
-    """A (patient, measurement, k) that passed every check; fillers are drawn only for the
-    groups a question cap keeps (drawing them is most of the cost on laboratory events)."""
+class _Member:
+    """One measurement of a triple: its events on d1 and d2 and its question key."""
 
     key: str
-    stable: str
-    """The key with the cohort key for the pseudonym: what every hash here reads."""
-    patient: str
     measurement: str
-    query_day: int
-    anchors: tuple[Event, Event, Event]
-    stand_ins: tuple[Event, ...]
-    history: int
+    older: Event
+    newer: Event
 
 
 @dataclass(frozen=True)
-class _Group:
-    """A kept candidate with what every state and both kinds share besides its slots: the
-    fillers, and each day's source position."""
-
-    c: _Candidate
-    fillers: tuple[Event, ...]
-    day_position: dict[int, int]
-    """Day -> history index of the day's first event (every unit's source position)."""
-
-
-def _stand_ins(group: str, anchors: Sequence[Event], same_day: dict[int, list[Event]], max_gap: int
-               ) -> tuple[Event, ...] | None:
-    """Per anchor, an event of another measurement on its day whose text is at most ``max_gap``
-    characters longer or shorter, the closest in length (then salted-hash order), each used
-    once; None when a day has no such event."""
-    used: set[int] = set()
-    chosen: list[Event] = []
-    for a in anchors:
-        size = len(a.text())
-        pool = [e for e in same_day[a.day] if e.measurement != a.measurement and e.order not in used
-                and abs(len(e.text()) - size) <= max_gap]
-        if not pool:
-            return None
-        best = min(pool, key=lambda e: (abs(len(e.text()) - size), hash_rank(f"{group}\x1f{e.order}", STAND_IN_SALT),
-                                        e.order))
-        used.add(best.order)
-        chosen.append(best)
-    return tuple(chosen)
+class _Triple:
+    stable: str
+    """A hash key from the cohort key (never the pseudonym): what every hash here reads."""
+    patient: str
+    query_day: int
+    members: tuple[_Member, _Member, _Member]
+    history: int
+    """Events before the query day (|H|)."""
 
 
-def _memory(g: _Group, holds: tuple[bool, bool, bool], evidence: set[int]) -> tuple[MemoryUnit, ...]:
-    """The slots (anchor or stand-in) and fillers, ordered by day; within a day a slot sorts by
-    its anchor's rank whichever event fills it, so memory positions never depend on the state."""
-    slots = [(a if keep else s, a.order) for a, s, keep in zip(g.c.anchors, g.c.stand_ins, holds, strict=True)]
-    items = sorted([*slots, *((f, f.order) for f in g.fillers)], key=lambda x: (x[0].day, x[1]))
-    return tuple(MemoryUnit(f"{e.patient}:{e.order}", "", e.text(), e.order in evidence, i, g.day_position[e.day])
-                 for i, (e, _) in enumerate(items))
+def _member_key(patient: str, index: int, k: int) -> str:
+    return f"{patient}-m{index:03d}-k{k}"
 
 
-def _candidates(load: ClinicalLoad, memory_size: int, patient_fraction: float, max_gap: int,
-                kinds: Sequence[Kind], exclusions: list[Exclusion]
-                ) -> tuple[list[_Candidate], dict[str, list[Event]]]:
-    """Every usable (patient, measurement, k) group, the exclusions of the others (one per base
-    question, with its reason), and each sampled patient's history in time order."""
+def _day_pairs(history: Sequence[Event]) -> dict[tuple[int, int], list[tuple[str, Event, Event, int]]]:
+    """(d1, d2) -> measurements whose consecutive event days are d1 and d2, each with its last
+    event on either day and the rank k of the newer one among its days."""
+    by_day: dict[str, dict[int, Event]] = defaultdict(dict)
+    for e in history:
+        by_day[e.measurement][e.day] = e  # history is in time order: the day's last event wins
+    pairs: dict[tuple[int, int], list[tuple[str, Event, Event, int]]] = defaultdict(list)
+    for measurement, days in sorted(by_day.items()):
+        ordered = sorted(days)
+        for k in range(1, len(ordered)):
+            d1, d2 = ordered[k - 1], ordered[k]
+            pairs[(d1, d2)].append((measurement, days[d1], days[d2], k))
+    return pairs
+
+
+def _triples(load: ClinicalLoad, patient_fraction: float, kinds: Sequence[Kind], exclusions: list[Exclusion]
+             ) -> tuple[list[_Triple], dict[str, list[Event]]]:
+    """Every triple of every sampled patient, the exclusions of the other (patient, measurement,
+    k) questions (one per kind, with its reason), and each sampled patient's history."""
     by_patient: dict[str, list[Event]] = defaultdict(list)
     for e in load.events:
         by_patient[e.patient].append(e)
-    measurements = {m: i for i, m in enumerate(sorted({e.measurement for e in load.events}))}
+    index = {m: i for i, m in enumerate(sorted({e.measurement for e in load.events}))}
     histories: dict[str, list[Event]] = {}
-    found: list[_Candidate] = []
+    found: list[_Triple] = []
+
+    def exclude(key: str, reason: str) -> None:
+        exclusions.extend(Exclusion(load.dataset, f"{key}-{kind}", reason, "", -1, CLINICAL) for kind in kinds)
+
     for patient, events in sorted(by_patient.items()):
-        if hash_rank(events[0].cohort_key or patient, SAMPLE_SALT) >= patient_fraction * 2**64:
+        cohort = events[0].cohort_key or patient
+        if hash_rank(cohort, SAMPLE_SALT) >= patient_fraction * 2**64:
             exclusions.append(Exclusion(load.dataset, patient, NOT_SAMPLED, "", -1, CLINICAL))
             continue
         history = histories[patient] = sorted(events, key=lambda e: e.order)
         days = sorted({e.day for e in history})
         event_days = [e.day for e in history]
-        same_day: dict[int, list[Event]] = defaultdict(list)
-        series: dict[str, list[Event]] = defaultdict(list)
-        for e in history:
-            same_day[e.day].append(e)
-            series[e.measurement].append(e)
-        for measurement, seq in sorted(series.items()):
-            seq_days = [e.day for e in seq]
-            for k in range(2, len(seq)):
-                key = f"{patient}-m{measurements[measurement]:03d}-k{k}"
-                stable = f"{seq[0].cohort_key or patient}-m{measurements[measurement]:03d}-k{k}"
-
-                def exclude(reason: str, detail: str = "", key: str = key) -> None:
-                    exclusions.extend(Exclusion(load.dataset, f"{key}-{kind}", reason, "", -1, CLINICAL, detail)
-                                      for kind in kinds)
-
-                nxt = bisect.bisect_right(days, seq[k].day)
-                if nxt == len(days) or (k + 1 < len(seq) and days[nxt] > seq[k + 1].day):
-                    exclude(NO_QUERY_DAY)
-                    continue
-                query_day = days[nxt]
-                anchors = (seq[k - 2], seq[k - 1], seq[k])
-                stand_ins = _stand_ins(stable, anchors, same_day, max_gap)
-                if stand_ins is None:
-                    exclude(NO_STAND_IN)
-                    continue
-                before = bisect.bisect_left(event_days, query_day)
-                others = before - bisect.bisect_left(seq_days, query_day) - SLOTS
-                if others < memory_size - SLOTS:
-                    exclude(TOO_FEW_FILLERS, f"{others} < {memory_size - SLOTS}")
-                    continue
-                found.append(_Candidate(key, stable, patient, measurement, query_day, anchors, stand_ins, before))
+        for (d1, d2), members in sorted(_day_pairs(history).items()):
+            nxt = bisect.bisect_right(days, d2)
+            if nxt == len(days):
+                for m, _, _, k in members:
+                    exclude(_member_key(patient, index[m], k), NO_QUERY_DAY)
+                continue
+            stable = f"{cohort}-{d1}-{d2}"
+            ranked = sorted(members, key=lambda x: (hash_rank(f"{stable}\x1f{x[0]}", TRIPLE_SALT), x[0]))
+            usable = len(ranked) - len(ranked) % TRIPLE
+            for m, _, _, k in ranked[usable:]:
+                exclude(_member_key(patient, index[m], k), NO_TRIPLE)
+            for t in range(0, usable, TRIPLE):
+                group = tuple(_Member(_member_key(patient, index[m], k), m, older, newer)
+                              for m, older, newer, k in ranked[t:t + TRIPLE])
+                found.append(_Triple(f"{stable}-{t}", patient, days[nxt], group,  # type: ignore[arg-type]
+                                     bisect.bisect_left(event_days, days[nxt])))
     return found, histories
 
 
-def _group(c: _Candidate, history: Sequence[Event], memory_size: int) -> _Group:
-    """A kept candidate with its fillers: the other measurements' events before the query day,
-    stand-ins excluded, in salted-hash order of the group."""
-    taken = {e.order for e in c.stand_ins}
-    pool = [e for e in history[: c.history] if e.measurement != c.measurement and e.order not in taken]
-    fillers = sorted(pool, key=lambda e: (hash_rank(f"{c.stable}\x1f{e.order}", FILLER_SALT), e.order))
-    first_of_day: dict[int, int] = {}
-    for i, e in enumerate(history[: c.history]):
-        first_of_day.setdefault(e.day, i)
-    return _Group(c, tuple(fillers[: memory_size - SLOTS]), first_of_day)
+def _fillers(t: _Triple, history: Sequence[Event], count: int) -> tuple[Event, ...] | None:
+    """The first ``count`` events of other measurements before the query day, in salted-hash
+    order of the triple; None when there are fewer."""
+    asked = {m.measurement for m in t.members}
+    pool = [e for e in history[: t.history] if e.measurement not in asked]
+    if len(pool) < count:
+        return None
+    return tuple(sorted(pool, key=lambda e: (hash_rank(f"{t.stable}\x1f{e.order}", FILLER_SALT), e.order))[:count])
 
 
 def build_clinical(load: ClinicalLoad, *, memory_size: int = 8, patient_fraction: float = 1.0,
-                   question_cap: int | None = None, kinds: Sequence[Kind] = KINDS,
-                   max_length_gap: int = MAX_LENGTH_GAP) -> ConstructionResult:
-    """Size-, day-, position- and length-matched clinical variants of ``load`` (see the module
-    docstring). ``question_cap`` counts base questions; groups are kept whole (both kinds), so
-    the cap is met to within one group."""
-    if memory_size < SLOTS:
-        raise ValueError(f"memory_size must be at least {SLOTS} (one unit per slot)")
+                   question_cap: int | None = None, kinds: Sequence[Kind] = KINDS) -> ConstructionResult:
+    """Blind-matched clinical variants of ``load`` (see the module docstring). ``question_cap``
+    counts base questions; triples are kept whole (three measurements, every kind), so the cap
+    is met to within one triple."""
+    slots = {"latest": 2, "change": 3}
+    if memory_size < max(slots[k] for k in kinds):
+        raise ValueError(f"memory_size must be at least {max(slots[k] for k in kinds)} (the slots of a memory)")
     exclusions: list[Exclusion] = []
-    absent: list[Exclusion] = []
-    candidates, histories = _candidates(load, memory_size, patient_fraction, max_length_gap, kinds, exclusions)
-    per_group = len(kinds)
-    if question_cap is not None and len(candidates) * per_group > question_cap:
-        ranked = sorted(candidates, key=lambda c: (hash_rank(c.stable, CAP_SALT), c.stable))
-        keep = max(question_cap // per_group, 1)
-        exclusions += [Exclusion(load.dataset, f"{c.key}-{kind}", CAPPED, "", -1, CLINICAL)
-                       for c in ranked[keep:] for kind in kinds]
-        kept = {c.key for c in ranked[:keep]}
-        candidates = [c for c in candidates if c.key in kept]
-    groups = [_group(c, histories[c.patient], memory_size) for c in candidates]
+    triples, histories = _triples(load, patient_fraction, kinds, exclusions)
+    filled: list[tuple[_Triple, tuple[Event, ...]]] = []
+    for t in triples:
+        fillers = _fillers(t, histories[t.patient], memory_size - min(slots[k] for k in kinds))
+        if fillers is None:
+            for m in t.members:
+                exclusions.extend(Exclusion(load.dataset, f"{m.key}-{kind}", TOO_FEW_FILLERS, "", -1, CLINICAL)
+                                  for kind in kinds)
+        else:
+            filled.append((t, fillers))
+    per_triple = TRIPLE * len(kinds)
+    if question_cap is not None and len(filled) * per_triple > question_cap:
+        ranked = sorted(filled, key=lambda x: (hash_rank(x[0].stable, CAP_SALT), x[0].stable))
+        keep = max(question_cap // per_triple, 1)
+        exclusions += [Exclusion(load.dataset, f"{m.key}-{kind}", CAPPED, "", -1, CLINICAL)
+                       for t, _ in ranked[keep:] for m in t.members for kind in kinds]
+        kept = {t.stable for t, _ in ranked[:keep]}
+        filled = [x for x in filled if x[0].stable in kept]
     variants: list[Variant] = []
-    for g in groups:
-        split = assign_split(g.c.anchors[0].cohort_key or g.c.patient)
-        series = [*g.c.anchors]
+    for t, fillers in filled:
+        history = histories[t.patient]
+        first_of_day: dict[int, int] = {}
+        for i, e in enumerate(history[: t.history]):
+            first_of_day.setdefault(e.day, i)
+        split = assign_split(t.members[0].older.cohort_key or t.patient)
+        a, b, c = t.members
         for kind in kinds:
-            base = f"{g.c.key}-{kind}"
-            evidence = {g.c.anchors[2].order} if kind == "latest" else {g.c.anchors[1].order, g.c.anchors[2].order}
-            question, answer = _question(kind, g.c.measurement, g.c.query_day), _answer(kind, series)
-            for state, holds in SLOT_STATES[kind]:
-                units = _memory(g, holds, evidence)
-                missing = len(evidence) - sum(u.is_evidence for u in units)
-                variants.append(Variant(f"{CLINICAL}:{load.dataset}:{base}:{state}", base, load.dataset, CLINICAL,
-                                        state, split, missing, question, (answer,), units, len(evidence), g.c.history))
-            if kind == "latest":
-                absent.append(Exclusion(load.dataset, base, NO_RELATION_LOST, "", -1, CLINICAL))
-    return ConstructionResult(load.dataset, CLINICAL, variants, list(load.exclusions) + exclusions, absent)
+            # each member's memory: its own evidence and the next member's newer (latest: older) event
+            memories = {}
+            for own, nxt in ((a, b), (b, c), (c, a)):
+                slot = [own.newer, nxt.older] if kind == "latest" else [own.older, own.newer, nxt.newer]
+                pad = fillers[: memory_size - len(slot)]
+                memories[own.key] = tuple(sorted([*slot, *pad], key=lambda e: e.order))
+            for own, nxt, prev in ((a, b, c), (b, c, a), (c, a, b)):
+                base = f"{own.key}-{kind}"
+                evidence = {own.newer.order} if kind == "latest" else {own.older.order, own.newer.order}
+                question = _question(kind, own.measurement, t.query_day)
+                for state, source in zip(STATES_OF[kind], (own, nxt, prev), strict=True):
+                    units = tuple(MemoryUnit(f"{e.patient}:{e.order}", "", e.text(), e.order in evidence, i,
+                                             first_of_day[e.day]) for i, e in enumerate(memories[source.key]))
+                    missing = len(evidence) - sum(u.is_evidence for u in units)
+                    variants.append(Variant(f"{CLINICAL}:{load.dataset}:{base}:{state}", base, load.dataset,
+                                            CLINICAL, state, split, missing, question,
+                                            (_answer(kind, own.older, own.newer),), units, len(evidence), t.history))
+    return ConstructionResult(load.dataset, CLINICAL, variants, list(load.exclusions) + exclusions, [])
 
 
 def clinical_accounting(load: ClinicalLoad | LoadSummary, result: ConstructionResult) -> dict[str, object]:
