@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
+
 from memsafe_lib import config
 from memsafe_lib.config import FAMILY_A_DATASETS, ScaleConfig
 from memsafe_lib.data.download import main_download
@@ -20,7 +22,7 @@ from memsafe_lib.data.loader import DATASETS, discover_files, load_dataset
 from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.errors import DataFormatError
 from memsafe_lib.estimators.registry import model_group
-from memsafe_lib.evaluation.audit import audit
+from memsafe_lib.evaluation.audit import AUDIT_CONTROLS, CHANCE_BAND, audit, blind_rows, blind_verdict
 from memsafe_lib.evaluation.compare import DEFAULT_K, compare_trees
 from memsafe_lib.evaluation.runs import run_evaluation
 from memsafe_lib.evaluation.summary import summarize
@@ -41,6 +43,7 @@ from memsafe_lib.reporting.paper_report import update_documents
 from memsafe_lib.retire import retire, run_prefix, stale_results
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import CONSTRUCTIONS, accounting, construct, default_construction
+from memsafe_lib.variants.files import read_variant_file
 from memsafe_lib.variants.store import build
 from memsafe_lib.verify import verify
 
@@ -122,10 +125,36 @@ def cmd_construct(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_blind(rows: list[dict[str, object]]) -> bool:
+    """The blind audit as a table and a verdict; True when every control sits at chance on test."""
+    table = pd.DataFrame(rows)
+    cols = [c for c in ("model", "role", "split", "n_variants", "unsafe_auroc", "within_chance", "unseen_memories",
+                        "unseen_memory_auroc", "unit_auroc_seen", "unit_auroc_unseen") if c in table]
+    print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    test = table[table.split == "test"].iloc[0]
+    print(f"Proposition 1 on test: every score of the memory alone within {test.memory_bound:.4f} of 1/2, every "
+          f"score of the question alone within {test.question_bound:.4f}")
+    clean, leaks = blind_verdict(rows)
+    lo, hi = CHANCE_BAND
+    print(f"verdict: {'clean' if clean else 'LEAKS'}: "
+          + (f"every control within {lo}-{hi} test AUROC" if clean else
+             f"outside {lo}-{hi} test AUROC: {', '.join(leaks)} (a model that never reads the question, or never "
+             "reads the memory, reads the label)"))
+    return clean
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
+    if args.blind is not None:  # a user's own variant file: print only, nothing written
+        if args.dataset is not None:
+            raise ValueError("give --dataset or --blind FILE, not both")
+        variants = read_variant_file(args.blind)
+        rows = blind_rows(variants, dataset=Path(args.blind).name, construction="file")
+        return 0 if _print_blind(rows) else 1
+    if args.dataset is None:
+        raise ValueError("give --dataset (one of ours) or --blind FILE.jsonl (your own variants)")
     scale = _scale(args)
     loaded, result = build(args.dataset, args.construction, scale)
-    report = audit(result)
+    report = audit(result, controls=AUDIT_CONTROLS)
     report.pop("rows")
     record_run("audit", scale, raw_files=loaded.files,
                settings={"dataset": args.dataset, "construction": result.construction}, metrics=report)
@@ -291,9 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scale(p)
     p.set_defaults(func=cmd_construct)
 
-    p = sub.add_parser("audit", help="test AUROC of the surface controls, as JSON")
-    p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
+    p = sub.add_parser("audit", help="test AUROC of the surface and blind controls on one of our constructions "
+                                     "(JSON), or of the blind audit on your own variant file (--blind)")
+    p.add_argument("--dataset", choices=sorted(DATASETS))
     p.add_argument("--construction", choices=CONSTRUCTIONS, default=None)
+    p.add_argument("--blind", metavar="FILE.jsonl", default=None,
+                   help="fit the surface and blind controls on your own variants (train/validation/test from each "
+                        "line's 'split') and print their AUROC with a verdict; exit 0 clean, 1 leaky, 2 bad input")
     _add_scale(p)
     p.set_defaults(func=cmd_audit)
 

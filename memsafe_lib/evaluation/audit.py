@@ -1,5 +1,7 @@
 """The shortcut audit of Section 4.1: fit every control on train, score the test split,
-and compare the paragraph-count control with the Proposition 1 bound."""
+and compare the paragraph-count control with the Proposition 1 bound; and the blind audit
+(:func:`blind_audit`): the same for controls that never read the question, with how much of
+each comes from memorisation."""
 
 from __future__ import annotations
 
@@ -7,12 +9,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from memsafe_lib.config import DEFAULT_SEED
+from memsafe_lib.estimators.blind import unit_seen_auroc, unseen_memories
 from memsafe_lib.estimators.controls import CONTROLS, Estimator, Predictions
-from memsafe_lib.estimators.registry import make_model
+from memsafe_lib.estimators.registry import BLIND, make_model
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
 from memsafe_lib.measures.proposition import size_only_auroc, size_only_bound
-from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split, multiplicities, present_states
+from memsafe_lib.variants.construction import (
+    ConstructionResult,
+    Variant,
+    by_split,
+    memory_multiplicities,
+    multiplicities,
+    present_states,
+)
+
+CHANCE_BAND: tuple[float, float] = (0.45, 0.55)
+"""Test unsafe AUROC a control must stay within for a construction to count as clean (below
+0.45 is a leak too: the cue flipped)."""
+AUDIT_CONTROLS: tuple[str, ...] = (*CONTROLS, *BLIND)
+"""Every control the blind audit fits: the surface ones, the question-blind ones, question-only."""
 
 
 @dataclass
@@ -89,6 +107,67 @@ def proposition_check(variants: Sequence[Variant], observed_auroc: float | None 
         out["observed_deviation"] = abs(observed_auroc - 0.5)
         out["within_bound"] = bool(sizes_constant and abs(observed_auroc - 0.5) <= bound.bound + 1e-12)
     return out
+
+
+def blind_bounds(variants: Sequence[Variant]) -> dict[str, Any]:
+    """Proposition 1 with two groupings: by memory (the bound on |AUROC - 1/2| for every score of
+    the memory alone: every question-blind model) and by base question (every score of the question
+    alone, and every size-only score on a size-matched construction)."""
+    _, m_u, m_c = memory_multiplicities(variants)
+    _, q_u, q_c = multiplicities(variants)
+    return {"memories": len(m_u), "memory_bound": size_only_bound(m_u, m_c).bound,
+            "question_bound": size_only_bound(q_u, q_c).bound}
+
+
+def _auroc_or_none(unsafe: Sequence[bool], score: np.ndarray) -> float | None:
+    return unsafe_auroc(unsafe, score) if len(set(unsafe)) == 2 else None
+
+
+def blind_rows(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CONTROLS,
+               eval_splits: Sequence[str] = ("validation", "test"), seed: int = DEFAULT_SEED,
+               dataset: str = "", construction: str = "") -> list[dict[str, Any]]:
+    """One row per (control, split): unsafe AUROC; the same on the memories none of whose units'
+    text occurs in a training memory (how much is memorisation); per-unit evidence AUROC on units
+    seen and unseen in training (models with unit scores); the Proposition 1 bounds of the split;
+    and whether the AUROC lies in :data:`CHANCE_BAND`. An evaluation split without both classes
+    (a small sample) is left out; the train split and one evaluation split must have both."""
+    splits = by_split(variants)
+    where = f"{dataset or 'variants'}/{construction or '?'}"
+    if {v.unsafe for v in splits.get("train", [])} != {True, False}:
+        raise ValueError(f"{where}: the train split has {len(splits.get('train', []))} variants and needs both "
+                         "unsafe and complete ones")
+    eval_splits = [s for s in eval_splits if {v.unsafe for v in splits.get(s, [])} == {True, False}]
+    if not eval_splits:
+        raise ValueError(f"{where}: no evaluation split holds both unsafe and complete variants")
+    train = splits["train"]
+    bounds = {s: blind_bounds(splits[s]) for s in eval_splits}
+    unseen = {s: unseen_memories(train, splits[s]) for s in eval_splits}
+    rows = []
+    for name in controls:
+        model: Estimator = make_model(name, seed).fit(train, splits.get("validation"))
+        for split in eval_splits:
+            part = splits[split]
+            pred = model.predict(part)
+            y = np.array([v.unsafe for v in part])
+            auroc = unsafe_auroc(y, pred.unsafe_prob)
+            mask = unseen[split]
+            row: dict[str, Any] = {
+                "dataset": dataset, "construction": construction, "model": name, "split": split,
+                "role": "blind" if name in BLIND else "surface", "n_variants": len(part), "unsafe_auroc": auroc,
+                "within_chance": bool(CHANCE_BAND[0] <= auroc <= CHANCE_BAND[1]),
+                "unseen_memories": int(mask.sum()),
+                "unseen_memory_auroc": _auroc_or_none(y[mask].tolist(), np.asarray(pred.unsafe_prob)[mask]),
+                **bounds[split]}
+            if pred.unit_scores is not None:
+                row.update(unit_seen_auroc(train, part, pred.unit_scores))
+            rows.append(row)
+    return rows
+
+
+def blind_verdict(rows: Sequence[dict[str, Any]], split: str = "test") -> tuple[bool, list[str]]:
+    """(clean, the controls outside :data:`CHANCE_BAND` on ``split`` with their AUROC)."""
+    out = [f"{r['model']} {r['unsafe_auroc']:.3f}" for r in rows if r["split"] == split and not r["within_chance"]]
+    return not out, out
 
 
 def audit(result: ConstructionResult, controls: Sequence[str] = tuple(CONTROLS)) -> dict[str, Any]:

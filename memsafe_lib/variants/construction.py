@@ -63,8 +63,7 @@ CONTEXT_LENGTH_DIFFERS = "answerable and unanswerable contexts differ in length"
 KEEPS_ALL_SUPPORT = "unanswerable context keeps every supporting paragraph"
 NOT_FAMILY_A = "dataset has no family-A construction (single-paragraph contexts)"
 NO_RELATION_LOST = "no relation-lost state (every evidence unit has the same title): blind matching needs all three"
-NO_TRIPLE = ("no blind-matched triple: fewer than two other questions of its split and memory size with "
-             "evidence disjoint from its own")
+NO_TRIPLE = "no blind-matched triple: fewer than two other questions of its split with evidence disjoint from its own"
 
 
 def assign_split(base_id: str, ratios: Sequence[float] = SPLIT_RATIOS, salt: str = SPLIT_SALT) -> str:
@@ -327,24 +326,21 @@ def _disjoint(a: BaseQuery, b: BaseQuery, c: BaseQuery) -> bool:
 
 def _triples(queries: Sequence[BaseQuery]) -> tuple[list[tuple[BaseQuery, ...]], list[BaseQuery]]:
     """Greedy triples in salted-hash order: each question takes the first two later ones whose
-    evidence is disjoint from its own and each other's."""
+    evidence is disjoint from its own and each other's, preferring questions of its own
+    size-matched memory size |D| (so memories keep that size wherever the data allow)."""
     pool = sorted(queries, key=lambda q: (hash_rank(q.id, TRIPLE_SALT), q.id))
     triples, left = [], []
     while pool:
         a = pool.pop(0)
-        found = None
-        for i, b in enumerate(pool):
-            for j in range(i + 1, len(pool)):
-                if _disjoint(a, b, pool[j]):
-                    found = (i, j)
-                    break
-            if found:
-                break
+        ranked = sorted(range(len(pool)), key=lambda i: (len(pool[i].distractors) != len(a.distractors), i))
+        found = next(((i, j) for x, i in enumerate(ranked) for j in ranked[x + 1:] if _disjoint(a, pool[i], pool[j])),
+                     None)
         if found is None:
             left.append(a)
             continue
         b, c = pool[found[0]], pool[found[1]]
-        del pool[found[1]], pool[found[0]]
+        for i in sorted(found, reverse=True):
+            del pool[i]
         triples.append((a, b, c))
     return triples, left
 
@@ -373,14 +369,14 @@ def build_blind_matched(queries: Iterable[BaseQuery]) -> ConstructionResult:
     """Blind matching: no memory carries its label, so a model that never reads the question
     cannot beat chance.
 
-    Questions of one split with the same size-matched memory size |D| and pairwise disjoint
-    evidence form triples (a, b, c). Three memories of one size n are built,
+    Questions of one split with pairwise disjoint evidence form triples (a, b, c), preferring
+    questions of the same size-matched memory size |D|. Three memories of one size n are built,
 
     * X_a = S_a ∪ RL(S_b) ∪ fill,  X_b = S_b ∪ RL(S_c) ∪ fill,  X_c = S_c ∪ RL(S_a) ∪ fill,
 
-    where RL is the size-matched relation-lost subset, n is |D| unless a question's evidence and
-    the next one's subset need more (2WikiMultiHopQA's four-paragraph questions, |D| = 6, with
-    a three-paragraph subset: n = 7), and the fill is the three questions'
+    where RL is the size-matched relation-lost subset, n is the largest |D| of the three unless a
+    question's evidence and the next one's subset need more (2WikiMultiHopQA's four-paragraph
+    questions, |D| = 6, with a three-paragraph subset: n = 7), and the fill is the three questions'
     distractors interleaved (a, b, c, a, ...; each in its size-matched hash order, no evidence
     of the triple) so every memory holds about as many distractors of each question. Each
     question reads all three: its own memory is complete, the one holding its partial evidence is
@@ -394,7 +390,7 @@ def build_blind_matched(queries: Iterable[BaseQuery]) -> ConstructionResult:
     queries = list(queries)
     dataset = queries[0].dataset if queries else ""
     exclusions: list[Exclusion] = []
-    strata: dict[tuple[str, int], list[BaseQuery]] = defaultdict(list)
+    strata: dict[str, list[BaseQuery]] = defaultdict(list)
     kept: dict[str, list[Unit]] = {}
     for q in queries:
         if not q.answerable:
@@ -406,13 +402,14 @@ def build_blind_matched(queries: Iterable[BaseQuery]) -> ConstructionResult:
             exclusions.append(_exclude(q, NO_RELATION_LOST, "blind-matched"))
         else:
             kept[q.id] = subset
-            strata[(assign_split(q.id), len(q.distractors))].append(q)
+            strata[assign_split(q.id)].append(q)
     variants: list[Variant] = []
-    for (_, n_d), members in sorted(strata.items()):
+    for split, members in sorted(strata.items()):
         triples, left = _triples(members)
-        exclusions += [_exclude(q, NO_TRIPLE, "blind-matched", f"|D|={n_d}") for q in left]
+        exclusions += [_exclude(q, NO_TRIPLE, "blind-matched", f"split {split}") for q in left]
         for a, b, c in triples:
-            size = max(n_d, *(len(x.evidence) + len(kept[y.id]) for x, y in ((a, b), (b, c), (c, a))))
+            size = max(*(len(q.distractors) for q in (a, b, c)),
+                       *(len(x.evidence) + len(kept[y.id]) for x, y in ((a, b), (b, c), (c, a))))
             evidence = {_key(u) for q in (a, b, c) for u in q.evidence}
             seen: set[tuple[str, str]] = set()
             fill = []
