@@ -17,7 +17,8 @@
 # so complete memories are always larger. This notebook rebuilds the paper's size-matched
 # construction (Section 3.2) from the raw files, checks that surface controls fall to chance
 # under it, compares the paragraph-count control with the Proposition 1 bound, and measures
-# what is left: the text-length cue.
+# what is left: the text-length cue, and (beyond the paper) what a model that never reads the
+# question can still read, and our blind-matched construction that leaves it nothing.
 #
 # Everything below is computed by `memsafe_lib` from the files under `MEMSAFE_DATA_DIR`; the
 # paper's reported values appear only in columns prefixed `paper_`. The data here are **real
@@ -29,6 +30,7 @@ scale = "smoke"
 datasets = ["musique", "hotpotqa", "2wikimultihopqa"]
 external_dataset = "squad2"
 shortcut_models = ["majority", "paragraph_count", "text_length", "provenance_only", "lexset", "tfidf"]
+blind_controls = ["blind_bow", "blind_unit", "blind_set", "question_only"]
 
 # %%
 # %matplotlib inline
@@ -36,7 +38,7 @@ import pandas as pd
 from IPython.display import display
 
 from memsafe_lib import config
-from memsafe_lib.evaluation.audit import audit
+from memsafe_lib.evaluation.audit import CHANCE_BAND, audit, blind_table, fit_blind
 from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
 from memsafe_lib.reporting import construction_audit as tables
@@ -55,14 +57,17 @@ print(f"scale={scale}: {cfg.description}")
 # ## 1 · From raw files to memory variants
 #
 # Each dataset is loaded from every file under `MEMSAFE_DATA_DIR/<dataset>/`, de-duplicated by
-# id, and constructed twice: with the leaky **deletion** construction and with the
-# **size-matched** one, where every state holds exactly |D| units. SQuAD 2.0 is kept as
+# id, and constructed three times: with the leaky **deletion** construction, with the paper's
+# **size-matched** one, where every state holds exactly |D| units, and with our
+# **blind-matched** one (section 4), where every memory is complete for one question and
+# unsafe for two others. SQuAD 2.0 is kept as
 # released (one paragraph per question; unanswerable = unsafe). Each construction is stored
 # once (`artifacts/<scale>/variants/.cache/`, keyed by the raw files' hashes) and every later
 # step reads it from there.
 
 # %%
-constructions = {ds: ["deletion", "size-matched", *(["family-b"] if ds == "musique" else [])] for ds in datasets}
+constructions = {ds: ["deletion", "size-matched", "blind-matched", *(["family-b"] if ds == "musique" else [])]
+                 for ds in datasets}
 built = {ds: {c: build(ds, c, cfg) for c in constructions[ds]} for ds in datasets}
 built[external_dataset] = {"native": build(external_dataset, "native", cfg)}
 loaded = {ds: next(iter(by_cons.values()))[0] for ds, by_cons in built.items()}
@@ -102,8 +107,12 @@ display(data_table[["dataset", "construction", "excluded_by_reason"]])
 # memory size like any control; under size matching they must read the text.
 
 # %%
-audits = [audit(results[ds][c], controls=shortcut_models) for ds in datasets for c in ("deletion", "size-matched")]
-controls = tables.control_table(audits)
+audits = [audit(results[ds][c], controls=shortcut_models)
+          for ds in datasets for c in ("deletion", "size-matched", "blind-matched")]
+blind_fits = {(ds, c): fit_blind(results[ds][c].variants, blind_controls, where=f"{ds}/{c}")
+              for ds in datasets for c in ("size-matched", "blind-matched")}
+blind_test_rows = [r.row(ds, c) for (ds, c), (_, fits) in blind_fits.items() for r in fits if r.split == "test"]
+controls = pd.concat([tables.control_table(audits), pd.DataFrame(blind_test_rows)], ignore_index=True)
 write_csv(out / "controls_test.csv", controls, float_format=None)
 display(controls.pivot_table(index=["construction", "model"], columns="dataset", values="unsafe_auroc"))
 display(controls[["dataset", "construction", "model", "n_variants", "unsafe_auroc", "paper_unsafe_auroc",
@@ -148,7 +157,42 @@ write_csv(out / "proposition1_closed_form.csv", closed_form, float_format=None)
 closed_form
 
 # %% [markdown]
-# ## 4 · What size matching does not remove: text length
+# ## 4 · Beyond the paper: a model that never reads the question
+#
+# The surface controls test three named cues. A memory carries more: which paragraphs it holds,
+# whether they look like evidence, whether they were evidence in training, their topic. The
+# **blind controls** read the whole memory but never the question: `blind_bow` (TF-IDF of the
+# memory, logistic), `blind_unit` (a per-unit evidence model on unit text alone, aggregated over
+# the memory) and `blind_set` (MemSafe's set transformer over query-free unit embeddings);
+# `question_only` reads the question and nothing else. A question-blind model cannot know which
+# evidence *this* question needs, so whatever it scores above chance is the construction's, not
+# sufficiency. Each is fitted on the construction's own train split. The columns say how much is
+# memorisation: AUROC on memories none of whose paragraphs occur in training, and per-unit
+# evidence AUROC on paragraphs seen and unseen in training.
+#
+# **Blind matching** (`memsafe construct --construction blind-matched`): questions of a split
+# with disjoint evidence form triples (a, b, c); three memories are built, each holding one
+# question's evidence, the next one's relation-lost subset and shared distractors of all three,
+# and each question reads all three (its own: complete; the one with its partial evidence:
+# relation-lost; the third: missing). Every memory is complete for one question and unsafe for two,
+# so Proposition 1, applied to memories instead of questions, puts **every** score of the memory
+# alone at exactly 1/2 (`memory_bound` 0), and every question keeps one complete and two unsafe
+# variants of one size (`question_bound` 0).
+
+# %%
+blind = pd.DataFrame([row for (ds, c), (train, fits) in blind_fits.items()
+                      for row in blind_table(train, fits, ds, c)])
+write_csv(out / "blind_audit.csv", blind, float_format=None)
+columns = ["dataset", "construction", "model", "split", "n_variants", "unsafe_auroc", "within_chance",
+           "unseen_memories", "unseen_memory_auroc", "unit_auroc_seen", "unit_auroc_unseen", "memory_bound",
+           "question_bound"]
+display(blind[[c for c in columns if c in blind]])
+verdict = {f"{ds}/{c}": bool(g.within_chance.all()) for (ds, c), g in blind[blind.split == "test"].groupby(
+    ["dataset", "construction"], sort=False)}
+print(f"blind controls within {CHANCE_BAND[0]}-{CHANCE_BAND[1]} test AUROC:", verdict)
+
+# %% [markdown]
+# ## 5 · What size matching does not remove: text length
 #
 # Size matching equalises the number of units, not their length: a complete memory swaps
 # distractors for evidence paragraphs, whose length distribution can differ. SQuAD 2.0, which
@@ -165,7 +209,7 @@ save_figure(fig, out / "fig_text_length.png")
 fig
 
 # %% [markdown]
-# ## 5 · Summary (checked by nbval)
+# ## 6 · Summary (checked by nbval)
 # Deterministic given the data and scale: the same inputs print the same lines.
 
 # %%
@@ -180,6 +224,10 @@ summary = {
     "text_length_auroc": {r["dataset"]: round(r["unsafe_auroc"], 4) for r in text_length.to_dict("records")},
     "within_prop1_bound": {r["dataset"]: bool(r["paragraph_count_control_deviation"] <= r["bound"] + 1e-12)
                            for r in prop.to_dict("records") if r["scope"] == "test"},
+    "blind_controls_test_auroc": {f"{r['dataset']}/{r['construction']}/{r['model']}": round(r["unsafe_auroc"], 4)
+                                  for r in blind.to_dict("records") if r["split"] == "test"},
+    "blind_matched_memory_bound": {r["dataset"]: r["memory_bound"] for r in blind.to_dict("records")
+                                   if r["split"] == "test" and r["construction"] == "blind-matched"},
 }
 for key, value in summary.items():
     print(f"{key}: {value}")
@@ -197,7 +245,7 @@ entry = record_run(
 print("ledger run", entry["fingerprint"]["run"], "with", len(outputs), "outputs")
 
 # %% [markdown]
-# ## 6 · Explore the controls
+# ## 7 · Explore the controls
 # Pick a dataset, construction and control: the widget shows the control's test AUROC, its
 # score distribution by state, and a test memory unit by unit (evidence highlighted).
 
@@ -207,7 +255,9 @@ from IPython.display import HTML
 from memsafe_lib.reporting.explorer import ExplorerData, build_explorer, static_view
 
 explorer_data = ExplorerData.from_results([r for ds in datasets for r in results[ds].values()
-                                           if r.construction in ("size-matched", "deletion")])
+                                           if r.construction in ("size-matched", "deletion", "blind-matched")])
+for (ds, c), (_, fits) in blind_fits.items():  # the blind controls fitted above, not fitted again
+    explorer_data.add_fitted(results[ds][c], fits)
 build_explorer(explorer_data)
 
 # %% [markdown]

@@ -91,10 +91,10 @@ print(f"  curve: {cfg.clinical.curve.label.rsplit(',', 1)[0]}, caps {list(cfg.cl
 
 # %%
 synthetic = [Event("p900", day, i, name, value, text, unit, i) for i, (day, name, value, text, unit) in enumerate([
-    (0, "Weight", 150.0, "150", "Lbs"), (0, "Blood Pressure", 120.0, "120/80", "mmHg"), (0, "BMI", 24.1, "24.1", "kg/m2"),
-    (0, "Height", 68.0, "68", "Inches"), (15, "Height", 68.0, "68", "Inches"), (30, "Weight", 152.0, "152", "Lbs"),
-    (30, "Blood Pressure", 118.0, "118/76", "mmHg"), (30, "BMI", 24.3, "24.3", "kg/m2"),
-    (45, "Height", 68.0, "68", "Inches")])]
+    (0, "Weight", 150.0, "150", "Lbs"), (0, "Blood Pressure", 120.0, "120/80", "mmHg"),
+    (0, "BMI", 24.1, "24.1", "kg/m2"), (0, "Height", 68.0, "68", "Inches"), (15, "Height", 68.0, "68", "Inches"),
+    (30, "Weight", 152.0, "152", "Lbs"), (30, "Blood Pressure", 118.0, "118/76", "mmHg"),
+    (30, "BMI", 24.3, "24.3", "kg/m2"), (45, "Height", 68.0, "68", "Inches")])]
 example = build_clinical(ClinicalLoad("synthetic", [], synthetic, [], 1, len(synthetic)), memory_size=4,
                          kinds=("latest",))
 for v in example.variants[:3]:

@@ -173,3 +173,45 @@ def test_unit_seen_auroc_matches_a_hand_count() -> None:
     mask = unseen_memories(parts["train"], test)
     assert mask.tolist() == [not any((u.title, u.text) in seen for u in v.units) for v in test]
     assert Counter(mask.tolist())[True] < len(test)  # shared evidence pages: most memories hold a seen unit
+
+
+def _write_variants(path, variants) -> None:  # noqa: ANN001 - test helper
+    import json
+
+    path.write_text("".join(json.dumps(v.to_dict()) + "\n" for v in variants), encoding="utf-8")
+
+
+def test_audit_blind_flags_a_leaky_file_and_passes_a_blind_matched_one(tmp_path, capsys) -> None:  # noqa: ANN001
+    from memsafe_lib.cli import main
+
+    leaky, clean = tmp_path / "leaky.jsonl", tmp_path / "clean.jsonl"
+    _write_variants(leaky, build_size_matched(_queries(90)).variants)
+    _write_variants(clean, build_blind_matched(_queries(90)).variants)
+    assert main(["audit", "--blind", str(leaky)]) == 1
+    out = capsys.readouterr().out
+    assert "verdict: LEAKS" in out and "blind_unit" in out.split("verdict:")[1]
+    assert main(["audit", "--blind", str(clean)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: clean" in out and "every score of the memory alone within 0.0000 of 1/2" in out
+
+
+@pytest.mark.parametrize(("line", "field"), [
+    ({"base_id": "b", "split": "test", "question": "q?", "units": ["x"], "state": "gone"}, "state"),
+    ({"base_id": "b", "split": "dev", "question": "q?", "units": ["x"], "state": "complete"}, "split"),
+    ({"base_id": "b", "split": "test", "question": "q?", "units": [{"title": "t"}], "state": "complete"}, "units[0]"),
+    ({"split": "test", "question": "q?", "units": ["x"], "state": "complete"}, "base_id"),
+])
+def test_audit_blind_names_file_line_and_field_of_bad_input(tmp_path, capsys, line, field) -> None:  # noqa: ANN001
+    import json
+
+    from memsafe_lib.cli import main
+
+    path = tmp_path / "mine.jsonl"
+    good = {"base_id": "a", "split": "train", "question": "q?", "units": ["x", {"title": "t", "text": "y"}],
+            "state": "complete"}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
+    before = sorted(tmp_path.iterdir())
+    assert main(["audit", "--blind", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "line 2" in err and f"field {field!r}" in err
+    assert sorted(tmp_path.iterdir()) == before  # nothing written

@@ -123,45 +123,62 @@ def _auroc_or_none(unsafe: Sequence[bool], score: np.ndarray) -> float | None:
     return unsafe_auroc(unsafe, score) if len(set(unsafe)) == 2 else None
 
 
-def blind_rows(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CONTROLS,
-               eval_splits: Sequence[str] = ("validation", "test"), seed: int = DEFAULT_SEED,
-               dataset: str = "", construction: str = "") -> list[dict[str, Any]]:
-    """One row per (control, split): unsafe AUROC; the same on the memories none of whose units'
-    text occurs in a training memory (how much is memorisation); per-unit evidence AUROC on units
-    seen and unseen in training (models with unit scores); the Proposition 1 bounds of the split;
-    and whether the AUROC lies in :data:`CHANCE_BAND`. An evaluation split without both classes
-    (a small sample) is left out; the train split and one evaluation split must have both."""
+def fit_blind(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CONTROLS,
+              eval_splits: Sequence[str] = ("validation", "test"), seed: int = DEFAULT_SEED,
+              where: str = "variants") -> tuple[list[Variant], list[ControlResult]]:
+    """Fit each control on the train split of ``variants`` (selecting on validation where it has
+    choices) and predict the evaluation splits; returns (train, fitted). An evaluation split
+    without both classes (a small sample) is left out; the train split and one evaluation split
+    must have both."""
     splits = by_split(variants)
-    where = f"{dataset or 'variants'}/{construction or '?'}"
     if {v.unsafe for v in splits.get("train", [])} != {True, False}:
         raise ValueError(f"{where}: the train split has {len(splits.get('train', []))} variants and needs both "
                          "unsafe and complete ones")
     eval_splits = [s for s in eval_splits if {v.unsafe for v in splits.get(s, [])} == {True, False}]
     if not eval_splits:
         raise ValueError(f"{where}: no evaluation split holds both unsafe and complete variants")
-    train = splits["train"]
-    bounds = {s: blind_bounds(splits[s]) for s in eval_splits}
-    unseen = {s: unseen_memories(train, splits[s]) for s in eval_splits}
-    rows = []
+    fitted = []
     for name in controls:
-        model: Estimator = make_model(name, seed).fit(train, splits.get("validation"))
-        for split in eval_splits:
-            part = splits[split]
-            pred = model.predict(part)
-            y = np.array([v.unsafe for v in part])
-            auroc = unsafe_auroc(y, pred.unsafe_prob)
-            mask = unseen[split]
-            row: dict[str, Any] = {
-                "dataset": dataset, "construction": construction, "model": name, "split": split,
-                "role": "blind" if name in BLIND else "surface", "n_variants": len(part), "unsafe_auroc": auroc,
-                "within_chance": bool(CHANCE_BAND[0] <= auroc <= CHANCE_BAND[1]),
-                "unseen_memories": int(mask.sum()),
-                "unseen_memory_auroc": _auroc_or_none(y[mask].tolist(), np.asarray(pred.unsafe_prob)[mask]),
-                **bounds[split]}
-            if pred.unit_scores is not None:
-                row.update(unit_seen_auroc(train, part, pred.unit_scores))
-            rows.append(row)
+        model: Estimator = make_model(name, seed).fit(splits["train"], splits.get("validation"))
+        fitted += [ControlResult(name, s, splits[s], model.predict(splits[s])) for s in eval_splits]
+    return splits["train"], fitted
+
+
+def blind_table(train: Sequence[Variant], fitted: Sequence[ControlResult], dataset: str = "",
+                construction: str = "") -> list[dict[str, Any]]:
+    """One row per fitted (control, split): unsafe AUROC; the same on the memories none of whose
+    units' text occurs in a training memory (how much is memorisation); per-unit evidence AUROC
+    on units seen and unseen in training (models with unit scores); the Proposition 1 bounds of
+    the split; and whether the AUROC lies in :data:`CHANCE_BAND`."""
+    bounds: dict[str, dict[str, Any]] = {}
+    unseen: dict[str, np.ndarray] = {}
+    rows = []
+    for r in fitted:
+        if r.split not in bounds:
+            bounds[r.split] = blind_bounds(r.variants)
+            unseen[r.split] = unseen_memories(train, r.variants)
+        y = np.array([v.unsafe for v in r.variants])
+        auroc = unsafe_auroc(y, r.predictions.unsafe_prob)
+        mask = unseen[r.split]
+        row: dict[str, Any] = {
+            "dataset": dataset, "construction": construction, "model": r.control, "split": r.split,
+            "role": "blind" if r.control in BLIND else "surface", "n_variants": len(r.variants),
+            "unsafe_auroc": auroc, "within_chance": bool(CHANCE_BAND[0] <= auroc <= CHANCE_BAND[1]),
+            "unseen_memories": int(mask.sum()),
+            "unseen_memory_auroc": _auroc_or_none(y[mask].tolist(), np.asarray(r.predictions.unsafe_prob)[mask]),
+            **bounds[r.split]}
+        if r.predictions.unit_scores is not None:
+            row.update(unit_seen_auroc(train, r.variants, r.predictions.unit_scores))
+        rows.append(row)
     return rows
+
+
+def blind_rows(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CONTROLS,
+               eval_splits: Sequence[str] = ("validation", "test"), seed: int = DEFAULT_SEED,
+               dataset: str = "", construction: str = "") -> list[dict[str, Any]]:
+    """:func:`fit_blind` then :func:`blind_table`: the blind audit of one set of variants."""
+    train, fitted = fit_blind(variants, controls, eval_splits, seed, f"{dataset or 'variants'}/{construction or '?'}")
+    return blind_table(train, fitted, dataset, construction)
 
 
 def blind_verdict(rows: Sequence[dict[str, Any]], split: str = "test") -> tuple[bool, list[str]]:

@@ -146,9 +146,11 @@ def plot_shortcut(
     results: Mapping[str, ConstructionResult], controls: pd.DataFrame, dataset: str = "musique"
 ) -> Figure:
     """Left: memory size by state on ``dataset``'s test split under deletion and under size
-    matching. Middle and right: every control's test AUROC under each construction."""
-    fig = Figure(figsize=(15, 4.2))
-    axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.1, 1, 1]})
+    matching. Then one panel per construction in ``controls`` (deletion, size-matched,
+    blind-matched): every control's test AUROC."""
+    constructions = [c for c in ("deletion", "size-matched", "blind-matched") if c in set(controls["construction"])]
+    fig = Figure(figsize=(5 + 5.2 * len(constructions), 4.4))
+    axes = fig.subplots(1, 1 + len(constructions), gridspec_kw={"width_ratios": [1.0] + [1.2] * len(constructions)})
     sizes = []
     for cons in ("deletion", "size-matched"):
         for v in by_split(results[cons].variants).get("test", []):
@@ -158,7 +160,7 @@ def plot_shortcut(
         sns.stripplot(data=frame, x="construction", y="memory size (units)", hue="state", hue_order=STATE_ORDER,
                       palette=PALETTE, dodge=True, jitter=0.25, size=3, alpha=0.6, ax=axes[0])
     axes[0].set_title(f"{dataset}: memory size by state (test)")
-    for ax, cons in zip(axes[1:], ("deletion", "size-matched"), strict=True):
+    for ax, cons in zip(axes[1:], constructions, strict=True):
         sub = controls[controls["construction"] == cons]
         sns.barplot(data=sub, x="model", y="unsafe_auroc", hue="dataset", errorbar=None, ax=ax)
         ax.axhline(0.5, ls=":", c="k", lw=1)
@@ -167,7 +169,7 @@ def plot_shortcut(
         ax.set_title(f"controls under {cons} construction (test)")
         ax.set_xlabel("")
         ax.set_ylabel("unsafe AUROC")
-        ax.tick_params(axis="x", rotation=20)
+        ax.tick_params(axis="x", rotation=35)
     fig.tight_layout()
     return fig
 

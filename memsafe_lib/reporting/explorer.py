@@ -85,6 +85,12 @@ class ExplorerData:
             return
         self.fitted[key] = {r.control: r for r in fitted}
 
+    def add_fitted(self, result: ConstructionResult, fitted: Iterable[ControlResult]) -> None:
+        """Keep controls already fitted elsewhere (the blind audit's), test split only."""
+        key = (result.dataset, result.construction)
+        self.results[key] = result
+        self.fitted.setdefault(key, {}).update({r.control: r for r in fitted if r.split == "test"})
+
     def datasets(self) -> list[str]:
         """Datasets with at least one fitted construction, in insertion order."""
         return list(dict.fromkeys(d for d, _ in self.fitted))
