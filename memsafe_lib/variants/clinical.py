@@ -38,8 +38,9 @@ the question sits at chance too (Proposition 1 applied to memories and to questi
   assigned to splits by the shared split function, both of their cohort key (a public hash of
   the subject id, held in memory only), so every machine selects the same patients while
   credentialed pseudonyms stay private; no patient crosses splits. Questions are capped in
-  salted-hash order of their triples (every hash here reads the cohort key, never the
-  pseudonym), so a triple's six questions are kept or dropped together.
+  salted-hash order of their triples, stratified by split so a small cap keeps validation and
+  test questions (every hash here reads the cohort key, never the pseudonym); a triple's six
+  questions are kept or dropped together.
 
 Variants carry state, evidence flags and missing count exactly like the QA variants, so every
 estimator and metric runs unchanged. Ids are pseudonymous (``p012-m003-k4-change``).
@@ -190,6 +191,29 @@ def _fillers(t: _Triple, history: Sequence[Event], count: int) -> tuple[Event, .
     return tuple(sorted(pool, key=lambda e: (hash_rank(f"{t.stable}\x1f{e.order}", FILLER_SALT), e.order))[:count])
 
 
+def _split_of(t: _Triple) -> str:
+    """The triple's patient's split (of the cohort key, never the pseudonym)."""
+    return assign_split(t.members[0].older.cohort_key or t.patient)
+
+
+def _capped(filled: Sequence[tuple[_Triple, tuple[Event, ...]]], keep: int) -> set[str]:
+    """The ``keep`` triples a question cap keeps, in salted-hash order, stratified by split: each
+    split first gets its share of ``keep`` (at least one triple where it has any), the rest goes
+    in hash order, so a small cap still has validation and test questions."""
+    ranked = sorted(filled, key=lambda x: (hash_rank(x[0].stable, CAP_SALT), x[0].stable))
+    by_split: dict[str, list[str]] = defaultdict(list)
+    for t, _ in ranked:
+        by_split[_split_of(t)].append(t.stable)
+    kept: set[str] = set()
+    for stables in by_split.values():
+        kept.update(stables[: max(1, keep * len(stables) // len(ranked))])
+    for t, _ in ranked:
+        if len(kept) >= keep:
+            break
+        kept.add(t.stable)
+    return kept
+
+
 def build_clinical(load: ClinicalLoad, *, memory_size: int = 8, patient_fraction: float = 1.0,
                    question_cap: int | None = None, kinds: Sequence[Kind] = KINDS) -> ConstructionResult:
     """Blind-matched clinical variants of ``load`` (see the module docstring). ``question_cap``
@@ -211,11 +235,9 @@ def build_clinical(load: ClinicalLoad, *, memory_size: int = 8, patient_fraction
             filled.append((t, fillers))
     per_triple = TRIPLE * len(kinds)
     if question_cap is not None and len(filled) * per_triple > question_cap:
-        ranked = sorted(filled, key=lambda x: (hash_rank(x[0].stable, CAP_SALT), x[0].stable))
-        keep = max(question_cap // per_triple, 1)
+        kept = _capped(filled, max(question_cap // per_triple, 1))
         exclusions += [Exclusion(load.dataset, f"{m.key}-{kind}", CAPPED, "", -1, CLINICAL)
-                       for t, _ in ranked[keep:] for m in t.members for kind in kinds]
-        kept = {t.stable for t, _ in ranked[:keep]}
+                       for t, _ in filled if t.stable not in kept for m in t.members for kind in kinds]
         filled = [x for x in filled if x[0].stable in kept]
     variants: list[Variant] = []
     for t, fillers in filled:
@@ -223,7 +245,7 @@ def build_clinical(load: ClinicalLoad, *, memory_size: int = 8, patient_fraction
         first_of_day: dict[int, int] = {}
         for i, e in enumerate(history[: t.history]):
             first_of_day.setdefault(e.day, i)
-        split = assign_split(t.members[0].older.cohort_key or t.patient)
+        split = _split_of(t)
         a, b, c = t.members
         for kind in kinds:
             # each member's memory: its own evidence and the next member's newer (latest: older) event
