@@ -110,6 +110,10 @@ def test_construction_audit_smoke_summary(real_data: Path) -> None:
     for ds in ("musique", "hotpotqa", "2wikimultihopqa"):
         assert summary["within_prop1_bound"][ds]
         assert summary["paragraph_count_auroc"][f"{ds}/deletion"] > 0.9
+        # blind matching: Proposition 1 over memories gives every question-blind score exactly 1/2
+        assert summary["blind_matched_memory_bound"][ds] == 0
+        for model in ("blind_bow", "blind_unit", "blind_set", "question_only"):
+            assert summary["blind_controls_test_auroc"][f"{ds}/blind-matched/{model}"] == 0.5
 
 
 def test_training_smoke_outputs(real_data: Path) -> None:
@@ -121,8 +125,13 @@ def test_training_smoke_outputs(real_data: Path) -> None:
         pytest.skip("notebook 02 has not been executed in this session")
     main = pd.read_csv(out / "main_table.csv")
     expected = {"memsafe", "mean_pool", "relevance_agg", "concat_ce", "tfidf", "sc_tfidf", "lexset",
-                "retrieval_sim", "text_length", "paragraph_count", "provenance_only", "majority"}
+                "retrieval_sim", "text_length", "paragraph_count", "provenance_only", "majority",
+                "blind_bow", "blind_unit", "blind_set", "question_only"}
     assert expected <= set(main.model)
+    blind = pd.read_csv(out / "blind_matched_table.csv").set_index("model")
+    assert {"memsafe", "lexset", "blind_bow", "blind_unit", "blind_set", "question_only"} <= set(blind.index)
+    for ds in ("musique", "hotpotqa", "2wikimultihopqa"):  # every seed of every blind control: exactly 1/2
+        assert (blind.loc[["blind_bow", "blind_unit", "blind_set", "question_only"], f"{ds}_auroc"] == 0.5).all()
     for ds in ("musique", "hotpotqa", "2wikimultihopqa"):
         assert main[f"{ds}_auroc"].between(0, 1).all()
         assert main.loc[main.model == "memsafe", f"{ds}_paper_auroc"].notna().all()
@@ -131,6 +140,18 @@ def test_training_smoke_outputs(real_data: Path) -> None:
                                                                                  "2wikimultihopqa"}
     stage_a = pd.read_csv(out / "stage_a.csv")
     assert (stage_a.pairs_unique <= stage_a.pairs_requested).all() and (stage_a.dedupe_ratio > 1).all()
+
+
+def test_clinical_smoke_controls(real_data: Path) -> None:
+    """Notebook 07's surface and blind controls on the blind-matched clinical memories: every one
+    is a function of the memory alone or of the question alone, so exactly 1/2 on test."""
+    path = config.REPO_ROOT / "artifacts" / "smoke" / config.NB07_CLINICAL / "clinical_controls.csv"
+    if not path.exists():
+        pytest.skip("notebook 07 has not been executed in this session")
+    controls = pd.read_csv(path)
+    controls = controls[controls.role == "control"]
+    assert {"blind_bow", "blind_unit", "blind_set", "question_only", "text_length"} <= set(controls.model)
+    assert (controls.test_auroc == 0.5).all(), controls[["setting", "model", "test_auroc"]]
 
 
 def test_a_scale_can_narrow_a_notebook_through_its_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
