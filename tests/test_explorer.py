@@ -11,6 +11,7 @@ from sklearn.metrics import roc_auc_score
 
 from memsafe_lib.config import SCALES
 from memsafe_lib.data.records import BaseQuery, Provenance, Unit
+from memsafe_lib.estimators.controls import CONTROLS
 from memsafe_lib.reporting import explorer as X
 from memsafe_lib.variants import construction as C
 from tests.conftest import requires_real_data
@@ -244,10 +245,13 @@ def test_build_explorer_needs_fitted_controls() -> None:
 
 @requires_real_data
 def test_real_musique_smoke() -> None:
-    data = X.prepare_explorer(["musique"], SCALES["smoke"])
-    assert set(data.constructions("musique")) == {"size-matched", "deletion"}
+    blind = ("blind_bow", "blind_unit", "question_only")  # the set model's encoder is tested elsewhere
+    data = X.prepare_explorer(["musique"], SCALES["smoke"], controls=(*CONTROLS, *blind))
+    assert set(data.constructions("musique")) == {"size-matched", "deletion", "blind-matched"}
     table = X.auroc_table(data).set_index(["construction", "control"])
     assert table.loc[("size-matched", "paragraph_count"), "unsafe_auroc"] == pytest.approx(0.5, abs=0.05)
+    for control in (*CONTROLS, *blind):  # Proposition 1 over memories: exactly 1/2
+        assert table.loc[("blind-matched", control), "unsafe_auroc"] == 0.5
     assert table.loc[("deletion", "paragraph_count"), "unsafe_auroc"] > 0.9
     view = X.control_view(data, "musique", "deletion", "paragraph_count")
     assert view.auroc == pytest.approx(roc_auc_score(view.scores["state"] != C.COMPLETE, view.scores["score"]))

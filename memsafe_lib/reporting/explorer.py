@@ -113,9 +113,10 @@ class ExplorerData:
 
 
 def prepare_explorer(datasets: Sequence[str], scale: ScaleConfig,
-                     constructions: Sequence[str] = ("size-matched", "deletion"), *, data_dir: Path | None = None,
-                     controls: Sequence[str] = tuple(CONTROLS)) -> ExplorerData:
-    """Build every dataset × construction at ``scale`` and fit the controls on each."""
+                     constructions: Sequence[str] = ("size-matched", "deletion", "blind-matched"), *,
+                     data_dir: Path | None = None, controls: Sequence[str] = audit.AUDIT_CONTROLS) -> ExplorerData:
+    """Build every dataset × construction at ``scale`` and fit the controls on each (by default
+    every surface and blind control)."""
     results = [build(d, c, scale, data_dir)[1] for d in datasets for c in constructions]
     return ExplorerData.from_results(results, controls)
 
