@@ -25,6 +25,9 @@
 #   transfer window (`NeuralBudget.transfer_max_length`: the paper's 256 at `paper` scale; wider
 #   than the training window at `cpu`, whose 128 tokens would cut most SQuAD paragraphs), chosen
 #   so the share of truncated pairs is close to the paper's; section 3 reports both.
+# * **Family A → blind-matched** (beyond the paper). The same models on MuSiQue's blind-matched
+#   test memories (notebook 01, section 4), where every score of the memory alone sits at 1/2:
+#   what a size-matched model keeps when only reading the question can help.
 # * **Memorization.** Splits are disjoint by question, not by paragraph: how many test
 #   paragraphs the training split already holds, and what happens to AUROC on the questions
 #   whose gold evidence it never saw.
@@ -38,6 +41,7 @@ scale = "smoke"
 source_dataset = "musique"
 family_b_models = ["memsafe", "mean_pool", "tfidf", "text_length"]
 squad_models = ["memsafe", "tfidf", "paragraph_count"]
+blind_matched_models = ["memsafe", "mean_pool", "tfidf", "lexset", "blind_unit"]
 squad_alphas = [0.05, 0.10]
 memorization_datasets = ["musique", "hotpotqa", "2wikimultihopqa"]
 memorization_models = ["memsafe", "tfidf", "lexset"]
@@ -73,7 +77,9 @@ loaded, source = build(source_dataset, "size-matched", cfg)
 _, family_b = build(source_dataset, "family-b", cfg)
 squad_loaded, squad = build("squad2", "native", cfg)
 family_b_test = [v for v in family_b.variants if v.split == "test"]
-models = list(dict.fromkeys([*family_b_models, *squad_models]))
+_, blind_matched = build(source_dataset, "blind-matched", cfg)
+blind_matched_test = [v for v in blind_matched.variants if v.split == "test"]
+models = list(dict.fromkeys([*family_b_models, *squad_models, *blind_matched_models]))
 finetuned, frozen = stage_a_kinds(models)
 context = build_context(source, cfg, seeds, finetuned=finetuned, frozen=frozen) if finetuned or frozen else None
 print(f"scale={scale}: {cfg.description}")
@@ -83,7 +89,7 @@ print(f"family B test variants: {len(family_b_test)}; SQuAD 2.0 dev questions: {
 # ## 1 · Fit on family A once, score every target
 
 # %%
-targets = {"squad2": squad.variants}
+targets = {"squad2": squad.variants, "blind-matched": blind_matched_test}
 if family_b_test:
     targets["family-b"] = family_b_test
 results = T.transfer(source, targets, models, seeds, context,
@@ -108,6 +114,19 @@ h3 = report.h3_verdict(table)
 write_json(out / "h3.json", {"id": "H3", "status": h3.status, "evidence": h3.evidence, "statement": h3.statement})
 write_hypotheses_table(cfg)  # the one table of H1-H5 and the gates, artifacts/<scale>/hypotheses.csv
 print(f"H3: {h3.status} ({h3.evidence})")
+
+# %% [markdown]
+# ## 2b · Family A → blind-matched (beyond the paper)
+#
+# Trained on size-matched MuSiQue, scored unchanged on MuSiQue's blind-matched test memories. A
+# model that leaned on what the memory alone gives away loses that part here; `blind_unit`
+# (never reads the question) must land at exactly 0.5, whatever it learned on size matching.
+
+# %%
+blind_drops = report.drop_table(table[table.model.isin(blind_matched_models)], target="blind-matched")
+write_csv(out / "blind_matched_transfer.csv", blind_drops)
+display(blind_drops)
+assert blind_drops.set_index("model").auroc_b.get("blind_unit", 0.5) == 0.5
 
 # %% [markdown]
 # ## 3 · SQuAD 2.0: a construction we did not build
@@ -186,7 +205,8 @@ print(f"family B test variants: {len(family_b_test)}; H3: {h3.status}")
 print(f"SQuAD models: {list(squad_scores.model)}")
 
 # %%
-outputs = [out / f for f in ("transfer_scores.csv", "squad.csv", "memorization.csv", "memorization_restricted.csv",
+outputs = [out / f for f in ("transfer_scores.csv", "blind_matched_transfer.csv", "squad.csv", "memorization.csv",
+                             "memorization_restricted.csv",
                              "fig_transfer.png", "fig_hardening_external.png", "h3.json")]
 if drops is not None:
     outputs.append(out / "family_b.csv")
