@@ -186,12 +186,12 @@ def test_without_provenance_is_how_a_plain_memory_reaches_the_gate() -> None:
 @pytest.mark.usefixtures("real_data")
 def test_plain_real_memories_score_like_the_gates_own_test_split(joint_gate: JointGate, tmp_path: Path) -> None:
     """A smoke gate scores MuSiQue test memories passed as plain {query, units} JSON (no
-    provenance): the same AUROC as its in-process no-provenance metric, and no difference
-    from scoring them with their provenance that the paired bootstrap can tell from zero."""
-    import pandas as pd
-
+    provenance) with the AUROC of its in-process no-provenance metric, and the same memories
+    with their provenance with the AUROC of its in-process with-provenance metric. (It used to
+    assert that a paired bootstrap over six test questions could not tell the two apart: that
+    held on an AVX2-only EPYC and failed on a Xeon with bf16 units, where provenance moved the
+    smoke gate's AUROC by 0.2; whether provenance helps is not what this test is about.)"""
     from memsafe_lib.config import SCALES
-    from memsafe_lib.measures.inference import paired_bootstrap
     from memsafe_lib.measures.metrics import unsafe_auroc
     from memsafe_lib.variants.store import build
 
@@ -208,10 +208,7 @@ def test_plain_real_memories_score_like_the_gates_own_test_split(joint_gate: Joi
     unsafe = [v.unsafe for v in test]
     assert unsafe_auroc(unsafe, plain) == pytest.approx(recorded["test_without_provenance"]["unsafe_auroc"], abs=0.01)
     with_provenance = [o.unsafe_prob for o in Gate.load(gate_dir).score_variants(test)]
-    frame = pd.DataFrame({"seed": 17, "base_id": [v.base_id for v in test], "unsafe": unsafe,
-                          "score_a": plain, "score_b": with_provenance})
-    difference = paired_bootstrap(frame, metric="unsafe_auroc", n_resamples=1000)
-    assert difference.lo <= 0 <= difference.hi, difference
+    assert unsafe_auroc(unsafe, with_provenance) == pytest.approx(recorded["test"]["unsafe_auroc"], abs=0.01)
 
 
 def test_cli_score_with_a_risk_budget_answers_only_below_the_controlled_threshold(
