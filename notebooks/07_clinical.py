@@ -36,8 +36,8 @@
 # Two earlier constructions leaked. Random fillers let a provenance-only control read the state
 # at 0.74 test AUROC (a complete memory always held the history's newest event). Same-day
 # stand-ins fixed that, but fillers never held the asked measurement, so a missing memory held one
-# measurement type fewer (a question-blind model on type counts read 0.70 on OMR) and the question
-# type alone read 0.55 ("latest" had three states, "change" four). Section 3 checks every surface
+# measurement type fewer (a question-blind model on type counts could read the state) and the
+# question type alone read it too ("latest" had three states, "change" four). Section 3 checks every surface
 # and blind control first.
 #
 # We have the open 100-patient demo, not the credentialed cohort: the paper's rows (thousands of

@@ -31,9 +31,10 @@ the question sits at chance too (Proposition 1 applied to memories and to questi
 * **What an earlier version leaked.** States used to differ by which slots held the asked
   measurement or a same-day stand-in of another. Fillers excluded the asked measurement, so a
   missing memory held one measurement type fewer: a question-blind logistic model on type
-  counts read the state at 0.70 test AUROC on OMR, and since "latest" questions had three states
-  and "change" questions four, the question type alone read 0.55. (Before that, hash-ordered
-  fillers alone let a provenance-only control read the state at 0.74.)
+  counts read the state well above chance on OMR, and since "latest" questions had three states
+  and "change" questions four, the question type alone read it too (a reviewer's measurements
+  on that code, not rerun here). Before that, hash-ordered fillers alone let a provenance-only
+  control read the state at 0.74.
 * **Sampling and splits.** Patients are sampled by a salted hash (``patient_fraction``) and
   assigned to splits by the shared split function, both of their cohort key (a public hash of
   the subject id, held in memory only), so every machine selects the same patients while
