@@ -38,7 +38,7 @@ import pandas as pd
 from IPython.display import display
 
 from memsafe_lib import config
-from memsafe_lib.evaluation.audit import CHANCE_BAND, audit, blind_table, fit_blind
+from memsafe_lib.evaluation.audit import CHANCE_BAND, audit, blind_table, fit_controls
 from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
 from memsafe_lib.reporting import construction_audit as tables
@@ -109,7 +109,7 @@ display(data_table[["dataset", "construction", "excluded_by_reason"]])
 # %%
 audits = [audit(results[ds][c], controls=shortcut_models)
           for ds in datasets for c in ("deletion", "size-matched", "blind-matched")]
-blind_fits = {(ds, c): fit_blind(results[ds][c].variants, blind_controls, where=f"{ds}/{c}")
+blind_fits = {(ds, c): fit_controls(results[ds][c].variants, blind_controls, where=f"{ds}/{c}")
               for ds in datasets for c in ("size-matched", "blind-matched")}
 blind_test_rows = [r.row(ds, c) for (ds, c), (_, fits) in blind_fits.items() for r in fits if r.split == "test"]
 controls = pd.concat([tables.control_table(audits), pd.DataFrame(blind_test_rows)], ignore_index=True)

@@ -215,3 +215,31 @@ def test_audit_blind_names_file_line_and_field_of_bad_input(tmp_path, capsys, li
     err = capsys.readouterr().err
     assert str(path) in err and "line 2" in err and f"field {field!r}" in err
     assert sorted(tmp_path.iterdir()) == before  # nothing written
+
+
+def _starved_queries(n: int = 60) -> list[BaseQuery]:
+    """Questions of two to four evidence units whose distractors are copies of one shared
+    paragraph: a triple's pooled fill holds a single unit, too few to even out memories whose
+    evidence and relation-lost subsets differ in size by up to four."""
+    out = []
+    for i in range(n):
+        units = [Unit(f"q{i}:e{k}", f"Title {i}-{k}", f"fact {i} part {k}", True, k) for k in range(2 + i % 3)]
+        units += [Unit(f"q{i}:d{k}", "Shared", "the one shared paragraph", False, 9 + k) for k in range(len(units))]
+        out.append(BaseQuery(f"q{i:03d}", "synthetic", f"question {i}?", ("a",), tuple(units), True,
+                             Provenance("synthetic", i, "0" * 64)))
+    return out
+
+
+def test_blind_matched_memories_of_a_question_have_one_size_even_when_the_fill_runs_short() -> None:
+    queries = _starved_queries()
+    needs = {q.id: len(q.evidence) for q in queries}
+    result = build_blind_matched(queries)
+    sizes: dict[str, set[int]] = {}
+    for v in result.variants:
+        sizes.setdefault(v.base_id, set()).add(len(v.units))
+    assert all(len(s) == 1 for s in sizes.values()), "a question's three memories differ in size"
+    kept = set(sizes)
+    excluded = {e.record_id for e in result.exclusions}
+    assert kept | excluded == set(needs) and not kept & excluded  # no question dropped silently
+    _, n_u, n_c = memory_multiplicities(result.variants)
+    assert all(u == 2 and c == 1 for u, c in zip(n_u, n_c, strict=True))

@@ -63,23 +63,10 @@ def run_controls(
     seed: int = DEFAULT_SEED,
 ) -> list[ControlResult]:
     """Fit each model (a control or any registered baseline) on the train split of
-    ``result``, selecting on validation where it has choices, and predict ``eval_splits``."""
-    splits = by_split(result.variants)
-    for split in ("train", *eval_splits):
-        labels = {v.unsafe for v in splits.get(split, [])}
-        if labels != {True, False}:
-            raise ValueError(
-                f"{result.dataset}/{result.construction}: the {split} split has "
-                f"{len(splits.get(split, []))} variants and needs both unsafe and complete ones"
-            )
-    out = []
-    for name in controls:
-        estimator: Estimator = make_model(name, seed).fit(splits["train"], splits.get("validation"))
-        for split in eval_splits:
-            variants = splits[split]
-            out.append(ControlResult(name, split, variants, estimator.predict(variants)))
-    return out
-
+    ``result``, selecting on validation where it has choices, and predict ``eval_splits``;
+    every split named must hold both classes (:func:`fit_controls` with ``strict``)."""
+    where = f"{result.dataset}/{result.construction}"
+    return fit_controls(result.variants, controls, eval_splits, seed, where, strict=True)[1]
 
 
 def proposition_check(variants: Sequence[Variant], observed_auroc: float | None = None) -> dict[str, Any]:
@@ -123,17 +110,18 @@ def _auroc_or_none(unsafe: Sequence[bool], score: np.ndarray) -> float | None:
     return unsafe_auroc(unsafe, score) if len(set(unsafe)) == 2 else None
 
 
-def fit_blind(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CONTROLS,
-              eval_splits: Sequence[str] = ("validation", "test"), seed: int = DEFAULT_SEED,
-              where: str = "variants") -> tuple[list[Variant], list[ControlResult]]:
+def fit_controls(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CONTROLS,
+                 eval_splits: Sequence[str] = ("validation", "test"), seed: int = DEFAULT_SEED,
+                 where: str = "variants", strict: bool = False) -> tuple[list[Variant], list[ControlResult]]:
     """Fit each control on the train split of ``variants`` (selecting on validation where it has
-    choices) and predict the evaluation splits; returns (train, fitted). An evaluation split
-    without both classes (a small sample) is left out; the train split and one evaluation split
-    must have both."""
+    choices) and predict the evaluation splits; returns (train, fitted). The train split must hold
+    both classes. An evaluation split without both is an error when ``strict`` and otherwise left
+    out (a small sample), as long as one evaluation split remains."""
     splits = by_split(variants)
-    if {v.unsafe for v in splits.get("train", [])} != {True, False}:
-        raise ValueError(f"{where}: the train split has {len(splits.get('train', []))} variants and needs both "
-                         "unsafe and complete ones")
+    for split in ("train", *eval_splits) if strict else ("train",):
+        if {v.unsafe for v in splits.get(split, [])} != {True, False}:
+            raise ValueError(f"{where}: the {split} split has {len(splits.get(split, []))} variants and needs "
+                             "both unsafe and complete ones")
     eval_splits = [s for s in eval_splits if {v.unsafe for v in splits.get(s, [])} == {True, False}]
     if not eval_splits:
         raise ValueError(f"{where}: no evaluation split holds both unsafe and complete variants")
@@ -176,8 +164,9 @@ def blind_table(train: Sequence[Variant], fitted: Sequence[ControlResult], datas
 def blind_rows(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CONTROLS,
                eval_splits: Sequence[str] = ("validation", "test"), seed: int = DEFAULT_SEED,
                dataset: str = "", construction: str = "") -> list[dict[str, Any]]:
-    """:func:`fit_blind` then :func:`blind_table`: the blind audit of one set of variants."""
-    train, fitted = fit_blind(variants, controls, eval_splits, seed, f"{dataset or 'variants'}/{construction or '?'}")
+    """:func:`fit_controls` then :func:`blind_table`: the blind audit of one set of variants."""
+    where = f"{dataset or 'variants'}/{construction or '?'}"
+    train, fitted = fit_controls(variants, controls, eval_splits, seed, where)
     return blind_table(train, fitted, dataset, construction)
 
 

@@ -63,6 +63,8 @@ CONTEXT_LENGTH_DIFFERS = "answerable and unanswerable contexts differ in length"
 KEEPS_ALL_SUPPORT = "unanswerable context keeps every supporting paragraph"
 NOT_FAMILY_A = "dataset has no family-A construction (single-paragraph contexts)"
 NO_RELATION_LOST = "no relation-lost state (every evidence unit has the same title): blind matching needs all three"
+SHORT_FILL = ("blind-matched triple without enough distinct distractors to give its three memories one size "
+              "(the triple's questions are excluded together)")
 NO_TRIPLE = "no blind-matched triple: fewer than two other questions of its split with evidence disjoint from its own"
 
 
@@ -408,8 +410,7 @@ def build_blind_matched(queries: Iterable[BaseQuery]) -> ConstructionResult:
         triples, left = _triples(members)
         exclusions += [_exclude(q, NO_TRIPLE, "blind-matched", f"split {split}") for q in left]
         for a, b, c in triples:
-            size = max(*(len(q.distractors) for q in (a, b, c)),
-                       *(len(x.evidence) + len(kept[y.id]) for x, y in ((a, b), (b, c), (c, a))))
+            needs = [len(x.evidence) + len(kept[y.id]) for x, y in ((a, b), (b, c), (c, a))]
             evidence = {_key(u) for q in (a, b, c) for u in q.evidence}
             seen: set[tuple[str, str]] = set()
             fill = []
@@ -417,6 +418,14 @@ def build_blind_matched(queries: Iterable[BaseQuery]) -> ConstructionResult:
                 if _key(u) not in evidence and _key(u) not in seen:
                     seen.add(_key(u))
                     fill.append(u)
+            # One size for all three memories: the largest |D| or need, unless the pooled fill is too
+            # short to bring the smallest need up to it (distractors shared or equal to the triple's
+            # evidence); then the largest size the fill allows, if it still holds every need.
+            size = min(max(*(len(q.distractors) for q in (a, b, c)), *needs), min(needs) + len(fill))
+            if size < max(needs):
+                exclusions += [_exclude(q, SHORT_FILL, "blind-matched", f"split {split}, needs {needs}, "
+                                        f"{len(fill)} distinct distractors") for q in (a, b, c)]
+                continue
             tag = f"{a.id}\x1f{b.id}\x1f{c.id}"
             memory = {q.id: _shared_memory(q, kept[nxt.id], fill, size, tag) for q, nxt in ((a, b), (b, c), (c, a))}
             for q, nxt, prev in ((a, b, c), (b, c, a), (c, a, b)):
