@@ -265,6 +265,11 @@ class ClinicalBudget:
     every filler must be of another type: on the open demo 4 units keep 26 OMR patients where 6
     kept 15 (chosen on the data table, before any model was fitted)."""
 
+    credentialed: bool = True
+    """Read credentialed MIMIC-IV (``mimic-iv/<version>/hosp/``) and refuse the open demo, as the
+    paper's settings need (1/64 of the demo's 100 patients is one); scales that run on the demo
+    say False."""
+
     def memory_size(self, dataset: str) -> int:
         return dict(self.memory_sizes).get(dataset, 8)
 
@@ -389,7 +394,7 @@ SCALES: dict[str, ScaleConfig] = {
                             stage_a_pool=FAMILY_A_DATASETS, finetune_max_pairs=64, stage_b_epochs=4, stage_b_bf16=True,
                             full_grid=False, concat_max_train=24, concat_max_length=128,
                             judge_max_base_queries=1),
-        clinical=ClinicalBudget(settings=(ClinicalSetting("mimic-omr", 1.0, 90),
+        clinical=ClinicalBudget(credentialed=False, settings=(ClinicalSetting("mimic-omr", 1.0, 90),
                                           ClinicalSetting("mimic-labs", 1.0, 90)),
                                 curve=ClinicalSetting("mimic-omr"), curve_caps=(30, 60)),
     ),
@@ -428,7 +433,7 @@ SCALES: dict[str, ScaleConfig] = {
                             concat_max_train=120, judge_max_base_queries=6),
         # The open demo has 100 patients, so cpu keeps every patient (the paper's 1/64 and 1/16
         # would leave 2 and 6) and caps questions at 3,000 per source; its curve varies the cap.
-        clinical=ClinicalBudget(settings=(ClinicalSetting("mimic-omr", 1.0, 3000),
+        clinical=ClinicalBudget(credentialed=False, settings=(ClinicalSetting("mimic-omr", 1.0, 3000),
                                           ClinicalSetting("mimic-labs", 1.0, 3000)),
                                 curve=ClinicalSetting("mimic-omr"), curve_caps=(250, 500, 1000, 2000)),
         # Reader and judge: the 1.5B Qwen2.5-Coder Instruct GGUF (the 0.5B judge's P(No) did
@@ -483,7 +488,7 @@ def paper_dry_run(paper: ScaleConfig, base_queries: int = 24) -> ScaleConfig:
         # the paper's three rows and curve on the 100-patient demo: fractions it can hold (the
         # paper's 1/64 and 1/16 leave no test patient), 60 questions; curve points below 30
         # questions hold no test patient
-        clinical=replace(paper.clinical, settings=(ClinicalSetting("mimic-omr", 1 / 2, 60),
+        clinical=replace(paper.clinical, credentialed=False, settings=(ClinicalSetting("mimic-omr", 1 / 2, 60),
                                                    ClinicalSetting("mimic-omr", 1.0, 60),
                                                    ClinicalSetting("mimic-labs", 1.0, 60)),
                          curve=ClinicalSetting("mimic-omr"), curve_caps=(30, 45, 60)),

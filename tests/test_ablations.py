@@ -42,7 +42,12 @@ def test_ablation_deltas_are_row_minus_full_with_the_interval_flipped() -> None:
     assert frozen.delta_unsafe_auroc_lo == pytest.approx(-0.10 - 0.01)  # -(estimate + 0.01)
     assert frozen.delta_unsafe_auroc_hi == pytest.approx(-0.10 + 0.02)
     assert pd.isna(table.loc["memsafe"].delta_unsafe_auroc)
-    assert frozen.paper_delta_unsafe_auroc == pytest.approx(0.9121 - 0.9674, abs=1e-4)
+    # the paper's printed deltas, not differences of its rounded means (those differ by 1e-4)
+    printed = {"memsafe_frozen": (-0.0553, -0.1596), "memsafe_no_bridge": (-0.0251, -0.0377),
+               "mean_pool": (-0.0173, -0.0265), "memsafe_no_lexical": (-0.0038, -0.0090),
+               "memsafe_no_localization": (+0.0002, -0.0014), "relevance_agg_frozen": (-0.2268, -0.3327)}
+    for model, (auroc, f1) in printed.items():
+        assert table.loc[model].paper_delta_unsafe_auroc == auroc and table.loc[model].paper_delta_macro_f1 == f1
     assert table.loc["relevance_agg_frozen"].paper_unsafe_auroc == 0.7407
 
 
@@ -52,6 +57,10 @@ def test_gap_share_and_its_undefined_case() -> None:
     gap = ablations.gap_closed(ladder).iloc[0]
     assert gap.gap == pytest.approx(0.80 - 0.65) and gap.fraction_closed == pytest.approx((0.60 - 0.65) / 0.15)
     assert gap.paper_fraction_closed == 0.41
+    # the paper divides by its ablation's own full model (0.3854 = 0.9674 - 0.5820), not Table main's
+    own = ablations.gap_closed(ladder, _summary({"memsafe": 0.78})).iloc[0]
+    assert own.full_model == pytest.approx(0.78) and own.gap == pytest.approx(0.78 - 0.65)
+    assert own.fraction_closed == pytest.approx((0.60 - 0.65) / 0.13)
     worse = ablations.gap_closed(ablations.ladder_table(_summary({**AUROC, "memsafe": 0.6}), ["musique"])).iloc[0]
     assert worse.gap < 0 and pd.isna(worse.fraction_closed)  # a share of a negative gap means nothing
 

@@ -280,3 +280,27 @@ def test_paper_scale_runs_the_papers_clinical_settings() -> None:
     assert paper.settings[1].label == "OMR, 1/16 patients, 60,000 cap"
     cpu = config.SCALES["cpu"].clinical  # the 100-patient demo: every patient, capped questions
     assert {s.patient_fraction for s in cpu.settings} == {1.0}
+
+
+def test_paper_scale_reads_credentialed_mimic_and_refuses_the_demo(tmp_path: Path) -> None:
+    """At ``paper`` the tables sample 1/64 and 1/16 of credentialed MIMIC-IV's patients; with the
+    100-patient demo beside it, the demo must not be read (it would be, found first), and with
+    the demo alone the run must stop naming the folder it expected."""
+    from memsafe_lib import config
+    from memsafe_lib.variants.store import build_clinical_dataset
+
+    assert config.SCALES["paper"].clinical.credentialed
+    dry = config.paper_dry_run(config.SCALES["paper"])
+    assert not any(config.SCALES[s].clinical.credentialed for s in ("smoke", "cpu")) and not dry.clinical.credentialed
+    synthetic_omr(tmp_path)  # the demo only
+    with pytest.raises(FileNotFoundError) as err:
+        M.load_clinical("mimic-omr", tmp_path, credentialed=True)
+    assert str(tmp_path / "mimic-iv") + "/<version>/hosp/omr.csv" in str(err.value) and "demo" in str(err.value)
+    with pytest.raises(FileNotFoundError, match="mimic-iv/<version>"):
+        build_clinical_dataset("mimic-omr", config.SCALES["paper"], tmp_path)
+    cred = tmp_path / "mimic-iv" / "3.1" / "hosp" / "omr.csv.gz"
+    cred.parent.mkdir(parents=True)
+    (tmp_path / "mimic-iv-demo" / "2.2" / "hosp" / "omr.csv.gz").rename(cred)
+    synthetic_omr(tmp_path, patients=3)  # both present: the demo now holds fewer patients
+    assert M.load_clinical("mimic-omr", tmp_path, credentialed=True).patients == 6
+    assert M.load_clinical("mimic-omr", tmp_path).patients == 3  # cpu and smoke keep the demo

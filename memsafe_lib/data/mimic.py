@@ -37,6 +37,7 @@ CLINICAL_DATASETS: dict[str, str] = {"mimic-omr": "omr", "mimic-labs": "labevent
 """Dataset name -> hosp table."""
 DEMO_ROOT = "mimic-iv-demo"
 ROOTS: tuple[str, ...] = (DEMO_ROOT, "mimic-iv")
+"""Where tables are looked for, in order, unless credentialed MIMIC-IV is required."""
 PATIENT_SALT = "memsafe-mimic-patient-v1"
 """The open demo's salt only: its ids are public, and its committed results must reproduce anywhere."""
 COHORT_SALT = "memsafe-mimic-cohort-v1"
@@ -97,9 +98,25 @@ class ClinicalLoad:
     warnings: list[str] = field(default_factory=list)
 
 
-def find_table(table: str, data_dir: Path | None = None) -> Path:
-    """``<root>/<version>/hosp/<table>.csv[.gz]`` under the data directory, newest version first."""
+CREDENTIALED_ROOT = "mimic-iv"
+
+
+def find_table(table: str, data_dir: Path | None = None, credentialed: bool = False) -> Path:
+    """``<root>/<version>/hosp/<table>.csv[.gz]`` under the data directory, newest version first;
+    the open demo before credentialed MIMIC-IV unless ``credentialed``, which reads only the
+    latter (the paper's tables sample 1/64 and 1/16 of its patients; of the demo's 100 they
+    would keep one or six)."""
     base = data_dir or config.data_dir()
+    if credentialed:
+        for version in sorted((base / CREDENTIALED_ROOT).glob("*"), reverse=True):
+            for suffix in (".csv.gz", ".csv"):
+                if (path := version / "hosp" / f"{table}{suffix}").exists():
+                    return path
+        demo = " (the open demo under {base}/{DEMO_ROOT}/ is not used at this scale)" if (base / DEMO_ROOT).exists() \
+            else ""
+        raise FileNotFoundError(f"this scale reads credentialed MIMIC-IV: no {base / CREDENTIALED_ROOT}/<version>/hosp/"
+                                f"{table}.csv.gz{demo.format(base=base, DEMO_ROOT=DEMO_ROOT)}; see docs/running.md, "
+                                "'With a GPU and the paper's data and models'")
     for root in ROOTS:
         for version in sorted((base / root).glob("*"), reverse=True):
             for suffix in (".csv.gz", ".csv"):
@@ -232,18 +249,19 @@ def load_labevents(path: Path, items_path: Path, dataset: str = "mimic-labs"
     return events, exclusions, len(frame)
 
 
-def load_clinical(dataset: str, data_dir: Path | None = None) -> ClinicalLoad:
-    """Every row of the dataset's table, as events or exclusions (raw = events + excluded)."""
+def load_clinical(dataset: str, data_dir: Path | None = None, credentialed: bool = False) -> ClinicalLoad:
+    """Every row of the dataset's table, as events or exclusions (raw = events + excluded);
+    ``credentialed``: from credentialed MIMIC-IV only (:func:`find_table`)."""
     if dataset not in CLINICAL_DATASETS:
         raise ValueError(f"unknown clinical dataset {dataset!r}; choose one of {sorted(CLINICAL_DATASETS)}")
     table = CLINICAL_DATASETS[dataset]
-    path = find_table(table, data_dir)
+    path = find_table(table, data_dir, credentialed)
     base = path.parents[2]
     if table == "omr":
         events, exclusions, rows = load_omr(path, dataset)
         used = [path]
     else:
-        items = find_table("d_labitems", data_dir)
+        items = find_table("d_labitems", data_dir, credentialed)
         events, exclusions, rows = load_labevents(path, items, dataset)
         used = [path, items]
     files = [RawFile(p.relative_to(base.parent).as_posix(), sha256_file(p), rows if p == path else 0) for p in used]

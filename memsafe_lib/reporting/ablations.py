@@ -52,7 +52,6 @@ def ablation_table(summary: pd.DataFrame, intervals: pd.DataFrame, dataset: str 
     ``delta_*`` is the paired bootstrap estimate against the full model (row minus full),
     with its 95% interval; empty where a row was not run."""
     paper = paper_reference()["ablation"].get(dataset, {})
-    full = paper.get("memsafe", {})
     rows = []
     for model in ABLATIONS:
         r = _row(summary, dataset, model)
@@ -67,10 +66,8 @@ def ablation_table(summary: pd.DataFrame, intervals: pd.DataFrame, dataset: str 
             row[f"delta_{metric}"] = None if iv is None else 0.0 - float(iv.estimate)
             row[f"delta_{metric}_lo"] = None if iv is None else 0.0 - float(iv.hi)
             row[f"delta_{metric}_hi"] = None if iv is None else 0.0 - float(iv.lo)
-            ref = paper.get(model, {}).get(metric)
-            row[f"paper_{metric}"] = ref
-            row[f"paper_delta_{metric}"] = (None if ref is None or model == "memsafe" or metric not in full
-                                            else round(ref - full[metric], 4))
+            row[f"paper_{metric}"] = paper.get(model, {}).get(metric)
+            row[f"paper_delta_{metric}"] = paper.get(model, {}).get(f"delta_{metric}")  # as printed
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -102,19 +99,24 @@ def ladder_table(summary: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def gap_closed(ladder: pd.DataFrame) -> pd.DataFrame:
+def gap_closed(ladder: pd.DataFrame, ablation: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per dataset: the LexSet-to-MemSafe AUROC gap and the share of it a frozen encoder with
-    relevance aggregation closes. Undefined (empty) where MemSafe does not beat LexSet: a
-    share of a negative gap means nothing."""
+    relevance aggregation closes. The full model is the ablation's own (``ablation``: notebook
+    03's summary, the runs whose frozen rung is measured), as the paper divides 0.1587 by
+    0.9674 - 0.5820 = 0.3854, not by Table main's MemSafe; the ladder's value where the ablation
+    lacks it. Undefined (empty) where MemSafe does not beat LexSet: a share of a negative gap
+    means nothing."""
     paper = paper_reference()["attribution"]
     rows = []
     for dataset, group in ladder.groupby("dataset", sort=False):
         auroc = group.set_index("model").unsafe_auroc
         lexset, frozen, full = auroc.get("lexset"), auroc.get("relevance_agg_frozen"), auroc.get("memsafe")
+        own = None if ablation is None else _row(ablation, str(dataset), "memsafe")
+        full = full if own is None else float(own.unsafe_auroc)
         known = all(v is not None and not pd.isna(v) for v in (lexset, frozen, full))
         gap = float(full - lexset) if known else None
         closed = float(frozen - lexset) if known else None
-        rows.append({"dataset": dataset, "gap": gap, "closed_by_frozen_encoder": closed,
+        rows.append({"dataset": dataset, "full_model": full, "gap": gap, "closed_by_frozen_encoder": closed,
                      "fraction_closed": closed / gap if gap is not None and gap > 0 else None,
                      "paper_gap": paper.get(dataset, {}).get("gap"),
                      "paper_fraction_closed": paper.get(dataset, {}).get("fraction_closed_by_frozen_encoder")})

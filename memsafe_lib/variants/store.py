@@ -118,7 +118,7 @@ def build_clinical_dataset(dataset: str, scale: ScaleConfig, data_dir: Path | No
     setting = setting or scale.clinical.setting(dataset)
     if setting.dataset != dataset:
         raise ValueError(f"clinical setting {setting} is for {setting.dataset}, not {dataset}")
-    load = load_clinical(dataset, data_dir)
+    load = load_clinical(dataset, data_dir, credentialed=scale.clinical.credentialed)
     result = build_clinical(load, memory_size=scale.clinical.memory_size(dataset),
                             patient_fraction=setting.patient_fraction, question_cap=setting.question_cap)
     result.construction = setting.construction
