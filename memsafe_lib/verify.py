@@ -25,6 +25,11 @@ Checks, each failing with the file and what differs:
    fingerprint, so the tables come from one version of the code, not a patchwork of
    reruns; mixed versions fail, naming each with what it wrote. Whether that version is
    this checkout's code is noted, not failed (a user may well have edited the library).
+9. **Predictions reproduce metrics.** In every results folder with ``predictions.csv.gz``
+   beside ``metrics.csv``, unsafe AUROC and macro F1 recomputed with scikit-learn from the
+   stored scores and states equal the stored metrics to :data:`RECOMPUTE_TOLERANCE` for a
+   sample of (model, seed, split) rows. Files written at ten significant digits (before
+   scores were stored exactly) are noted with their largest difference instead.
 
 A result no current notebook writes is retired, not deleted by hand (``memsafe retire``,
 :mod:`memsafe_lib.retire`): its ``retire`` entry names the file and why, and check 1 then
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from sklearn.metrics import f1_score, roc_auc_score
 
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig
@@ -56,6 +62,11 @@ UNLEDGERED = {config.LEDGER_FILE}
 UNCOMMITTED = (config.GATES,)
 """Folders whose outputs are ledgered but git-ignored (trained gate checkpoints, hundreds of MB):
 a clean clone lacks them, so their absence is noted, not failed; a present file must still match."""
+
+
+RECOMPUTE_TOLERANCE = 1e-9
+RECOMPUTE_SAMPLE = 12
+"""(model, seed, split) rows per predictions file that check 9 recomputes (spread over the file)."""
 
 
 @dataclass
@@ -175,7 +186,51 @@ def verify(scale: ScaleConfig, *, main_datasets: Sequence[str] | None = None, no
 
     # 8. one code version
     _one_code_version(scale, ledger_file, entries, out)
+
+    # 9. predictions reproduce metrics
+    checked = 0
+    for predictions in sorted(root.rglob("predictions.csv.gz")):
+        if (predictions.parent / "metrics.csv").exists():
+            checked += 1
+            worst, exact = recompute_metrics(predictions.parent)
+            if exact and worst[0] > RECOMPUTE_TOLERANCE:
+                out.problems.append(f"{predictions}: {worst[1]} recomputed from the stored scores differs from "
+                                    f"metrics.csv by {worst[0]:.3g} (tolerance {RECOMPUTE_TOLERANCE:g})")
+            elif not exact:
+                out.notes.append(f"{predictions}: scores stored at ten significant digits (older code); metrics "
+                                 f"recompute within {worst[0]:.2g}")
+    out.checked["predictions recomputed"] = checked
     return out
+
+
+def _significant_digits(text: pd.Series) -> int:
+    mantissa = text.str.replace(r"e.*$", "", regex=True).str.replace(r"[-.]", "", regex=True).str.lstrip("0")
+    return int(mantissa.str.len().max()) if len(mantissa) else 0
+
+
+def recompute_metrics(directory: Path, sample: int = RECOMPUTE_SAMPLE) -> tuple[tuple[float, str], bool]:
+    """Recompute unsafe AUROC and macro F1 (scikit-learn) for ``sample`` (model, seed, split) rows
+    of ``directory``'s metrics from its predictions. Returns ((largest absolute difference, where),
+    whether the scores are stored beyond ten significant digits)."""
+    raw = read_csv(directory / "predictions.csv.gz")
+    text = pd.read_csv(directory / "predictions.csv.gz", usecols=["unsafe_prob"], dtype=str).unsafe_prob.dropna()
+    metrics = read_csv(directory / "metrics.csv")
+    rows = metrics.dropna(subset=["unsafe_auroc"])
+    if len(rows):
+        rows = rows.iloc[sorted({round(i * (len(rows) - 1) / max(sample - 1, 1)) for i in range(sample)})]
+    worst = (0.0, "")
+    groups = raw.groupby(["model", "seed", "split"])
+    for r in rows.itertuples():
+        group = groups.get_group((r.model, r.seed, r.split))
+        unsafe = group.unsafe.astype(str).str.lower() == "true"
+        states = sorted(set(group.state))
+        ours = {"unsafe_auroc": roc_auc_score(unsafe, group.unsafe_prob),
+                "macro_f1": f1_score(group.state, group.pred_state, labels=states, average="macro", zero_division=0)}
+        for metric, value in ours.items():
+            diff = abs(value - float(getattr(r, metric)))
+            if diff >= worst[0]:
+                worst = (diff, f"{metric} of {r.model} seed {r.seed} {r.split}")
+    return worst, _significant_digits(text) > 10
 
 
 def _one_code_version(scale: ScaleConfig, ledger_file: Path, entries: Sequence[dict], out: Verification) -> None:

@@ -7,15 +7,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from sklearn.metrics import roc_auc_score
 
 from memsafe_lib import config
 from memsafe_lib.cli import main
 from memsafe_lib.config import SCALES
 from memsafe_lib.evaluation import hypotheses as H
-from memsafe_lib.io import sha256_bytes, write_json
+from memsafe_lib.evaluation.runs import write_predictions
+from memsafe_lib.io import sha256_bytes, write_csv, write_json
 from memsafe_lib.ledger import read_ledger, record_run
 from memsafe_lib.retire import retire, stale_results
-from memsafe_lib.verify import verify
+from memsafe_lib.verify import recompute_metrics, verify
 
 SMOKE = SCALES["smoke"]
 
@@ -240,3 +242,37 @@ def test_a_result_deleted_by_hand_is_retired_with_its_recorded_hash(tree: Path, 
     entry = retire(SMOKE, [rel], "removed with the clone's results")
     assert entry["retired"] == {rel: sha256_bytes(b"a\n1\n")}
     assert check() == []
+
+
+def _run_folder(out: Path, scores: list[float], auroc: float | None = None) -> Path:
+    """A results folder as `memsafe evaluate` writes it: metrics from the scores, and the scores."""
+    unsafe = [i % 2 == 0 for i in range(len(scores))]
+    states = ["missing" if u else "complete" for u in unsafe]
+    pred = pd.DataFrame({"model": "lexset", "seed": 17, "split": "test", "variant_id": [f"v{i}" for i in range(len(scores))],
+                         "state": states, "unsafe": unsafe, "unsafe_prob": scores, "pred_state": states})
+    metrics = pd.DataFrame([{"model": "lexset", "seed": 17, "split": "test", "macro_f1": 1.0,
+                             "unsafe_auroc": roc_auc_score(unsafe, scores) if auroc is None else auroc}])
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "metrics.csv", metrics)
+    write_predictions(out / "predictions.csv.gz", pred)
+    record_run("evaluate:lexset", SMOKE, outputs=[out / "metrics.csv", out / "predictions.csv.gz"])
+    return out
+
+
+# scores near 1 that ten significant digits would tie (as LexSet's clinical scores did)
+NEAR_ONE = [1 - k * 1e-12 * (1 + (k % 3)) for k in range(40)]
+
+
+def test_stored_predictions_reproduce_their_metrics_exactly(tree: Path) -> None:
+    out = _run_folder(SMOKE.output_dir(config.EVALUATE, "lexset-fixture"), NEAR_ONE)
+    (worst, _), exact = recompute_metrics(out)
+    assert exact and worst <= 1e-12
+    assert check() == []
+
+
+def test_metrics_that_the_predictions_do_not_give_fail_naming_the_file(tree: Path) -> None:
+    unsafe = [i % 2 == 0 for i in range(len(NEAR_ONE))]
+    _run_folder(SMOKE.output_dir(config.EVALUATE, "lexset-fixture"), NEAR_ONE,
+                auroc=roc_auc_score(unsafe, NEAR_ONE) + 1e-6)
+    (problem,) = check()
+    assert "predictions.csv.gz" in problem and "unsafe_auroc of lexset seed 17 test" in problem
