@@ -49,8 +49,18 @@ def test_coverage_at_risk_takes_whole_tie_groups() -> None:
 def test_criteria_as_preregistered() -> None:
     c = G.criteria(_frame(), target=0.10).set_index("criterion")
     assert bool(c.loc["(i)", "met"])        # MemSafe reaches 2/9 at 0% error, confidence 1/9
-    assert not c.loc["(ii)", "met"] and "no coverage" in c.loc["(ii)", "value"]  # length is one tie group at 7/9
+    assert not c.loc["(ii)", "met"] and "no coverage" in c.loc["(ii)", "value"]  # no paragraph-count gate
     assert bool(c.loc["(iii)", "met"])
+
+
+def test_criterion_ii_matches_coverage_to_the_paragraph_count_not_text_length() -> None:
+    """The paper's memory-length control is the paragraph count (exactly 0.5000 on SQuAD 2.0,
+    where text length, listed apart, scores 0.515): (ii) reads it, text length stays a row."""
+    f = _frame()
+    f["gate:paragraph_count"] = [1, 1, 2, 2, 2, 2, 2, 2, 2]  # the two right memories, then the rest
+    c = G.criteria(f, target=0.10).set_index("criterion")
+    assert bool(c.loc["(ii)", "met"]) and "0.222" in c.loc["(ii)", "value"]  # MemSafe 0 vs 7/9 at 2/9
+    assert {"paragraph_count", "text_length"} <= set(G.reader_table(f).gate)
 
 
 def test_prevalence_subsample_keeps_every_complete_memory() -> None:

@@ -2,8 +2,10 @@
 
 The reader answers every variant of a hash-chosen sample of test questions; each gate ranks
 the same memories by an unsafe score (lower = answer first). Gates: MemSafe and LexSet (one
-column per seed), flat TF-IDF, the memory-length control (``text_length``: the memory's
-text characters, the paper's "Memory-length control" row), the LLM judge, the reader's own
+column per seed), flat TF-IDF, the memory-length control (``paragraph_count``: the memory's
+units, the paper's "Memory-length control" row, which scores exactly 0.5000 on SQuAD 2.0 where
+text length, a row of its own, scores 0.515), the text-length control (``text_length``:
+characters), the LLM judge, the reader's own
 sequence confidence (negated: confident = answer first), and the oracle integrity label
 (which is an oracle for evidence, not for answer correctness). ``answer_all`` is the error
 of answering everything.
@@ -52,9 +54,10 @@ PREVALENCES = (0.20, 0.40, 0.60)
 """Unsafe prevalences of the sweep (the native rate is added)."""
 
 GATE_MODELS = {"memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF",
-               "text_length": "Memory-length control (text characters)"}
+               "paragraph_count": "Memory-length control (paragraphs)",
+               "text_length": "Text-length control (characters)"}
 """Evaluated models used as gates, read from the evaluation's test predictions."""
-LENGTH_CONTROL = "memory-length control (text characters)"
+LENGTH_CONTROL = "memory-length control (paragraph count)"
 """Criterion (ii)'s control, named as the paper names it, with the length it measures."""
 TIE_SALT = "reader-gate-ties"
 """Salt of the fixed order in which every gate accepts memories with tied scores."""
@@ -171,7 +174,7 @@ def criteria(frame: pd.DataFrame, target: float = RISK_TARGET) -> pd.DataFrame:
 
     (i) at the ``target`` reader risk, MemSafe's coverage exceeds reader confidence's;
     (ii) MemSafe's error among answered is below answering everything, at the coverage the
-         memory-length control (``text_length``, text characters, as in Table "reader")
+         memory-length control (``paragraph_count``, the paper's row of Table "reader")
          reaches at the same target (not met when that control reaches no coverage at all:
          there is no matched point to compare at);
     (iii) MemSafe's AURC over answer correctness is below reader confidence's.
@@ -181,7 +184,7 @@ def criteria(frame: pd.DataFrame, target: float = RISK_TARGET) -> pd.DataFrame:
     mem = gates.get("memsafe", [])
     cov_mem = float(np.mean([coverage_at_risk(wrong, frame[c], target) for c in mem])) if mem else float("nan")
     cov_conf = coverage_at_risk(wrong, frame["gate:confidence"], target)
-    length = gates.get("text_length", [])
+    length = gates.get("paragraph_count", [])
     cov_len = float(np.mean([coverage_at_risk(wrong, frame[c], target) for c in length])) if length else 0.0
     if cov_len > 0 and mem:
         err_mem = float(np.mean([gate_error(frame, c, cov_len) for c in mem]))

@@ -18,11 +18,13 @@ from memsafe_lib import config
 from memsafe_lib.evaluation.reader_gating import COVERAGES
 
 GATE_LABELS = {"answer_all": "Answer everything", "memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF",
-               "text_length": "Memory-length control (text characters)", "llm_judge": "LLM judge (zero-shot)",
+               "paragraph_count": "Memory-length control", "text_length": "Text-length control (characters)",
+               "llm_judge": "LLM judge (zero-shot)",
                "llm_judge_4shot": "LLM judge (four-shot)", "confidence": "Reader sequence confidence",
                "oracle": "Oracle integrity label",
                "combined": "Combined (MemSafe + judge + confidence)"}
-"""The paper's row names; the memory-length control is ``text_length`` (the memory's characters)."""
+"""The paper's row names; its memory-length control is ``paragraph_count`` (units in the memory);
+text length is our extra row."""
 
 
 def with_paper(table: pd.DataFrame) -> pd.DataFrame:
