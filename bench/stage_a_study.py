@@ -67,7 +67,9 @@ POINTS: dict[str, dict[str, Any]] = {
 }
 """Overrides of the scale's :class:`~memsafe_lib.config.NeuralBudget`, in the order run."""
 STAGE_B_POINT = {"width": 256, "dropout": 0.1, "lr": 3e-4}
-"""Notebook 02's selection at cpu (``artifacts/cpu/02_training/stage_b_grid.json``)."""
+"""Notebook 02's selection at cpu in the run before this study; the committed cold run's grid
+(``artifacts/cpu/02_training/stage_b_grid.json``) selects dropout 0.2. Kept fixed so the
+study's rows stay comparable."""
 ENCODER_SEED = 17
 STUDY_CODE = ("memsafe_lib.evaluation.neural", "memsafe_lib.estimators.registry")
 """What a row computes with (Stage A, the variants, MemSafe, LexSet, and what they import): its

@@ -64,3 +64,11 @@ def test_a_value_may_come_from_a_run_summary_json(tmp_path: Path) -> None:
     out = render("<!-- memsafe:value cpu/summary.json truncated d -->x<!-- /memsafe:value --> and "
                  "<!-- memsafe:value cpu/summary.json seconds .1f -->x<!-- /memsafe:value -->", tmp_path)
     assert out.split("-->")[1].startswith("3<") and "-->12.2<" in out  # 12.25 rounds half to even
+
+
+def test_a_value_may_come_from_a_key_of_a_summary_dict(tmp_path: Path) -> None:
+    """``selected.dropout``: the grid's selected point, as stage_b_grid.json stores it."""
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "grid.json").write_text('{"selected": {"width": 256, "dropout": 0.2}, "seed": 17}')
+    out = render("<!-- memsafe:value cpu/grid.json selected.dropout .1f -->x<!-- /memsafe:value -->", tmp_path)
+    assert "-->0.2<" in out

@@ -79,9 +79,12 @@ def _frame(source: Path) -> pd.DataFrame:
     if source not in _CSV_CACHE:
         if not source.exists():
             raise FileNotFoundError(f"report value source {source} not found; run the notebook at that scale first")
-        if source.suffix == ".json":  # a run summary: its flat (non-list) keys as one row
+        if source.suffix == ".json":  # a run summary: its scalar keys as one row, a dict's as key.sub
             data = json.loads(source.read_text(encoding="utf-8"))
-            _CSV_CACHE[source] = pd.DataFrame([{k: v for k, v in data.items() if not isinstance(v, list | dict)}])
+            row = {k: v for k, v in data.items() if not isinstance(v, list | dict)}
+            row.update({f"{k}.{sub}": v for k, d in data.items() if isinstance(d, dict)
+                        for sub, v in d.items() if not isinstance(v, list | dict)})
+            _CSV_CACHE[source] = pd.DataFrame([row])
         else:
             _CSV_CACHE[source] = pd.read_csv(source)
     return _CSV_CACHE[source]
