@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
 from sklearn.metrics.pairwise import cosine_similarity
 
 from memsafe_lib.data.records import BaseQuery, Provenance, Unit
 from memsafe_lib.estimators.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf, _state_thresholds
-from memsafe_lib.estimators.lexset import LexSet
-from memsafe_lib.estimators.registry import ALL_BASELINES, make_model
+from memsafe_lib.estimators.lexset import PAIR_FEATURE_NAMES, LexSet
+from memsafe_lib.estimators.registry import ALL_BASELINES, LEXSET_VARIANTS, make_model
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
 from memsafe_lib.variants import construction as C
 from memsafe_lib.variants.construction import by_split
@@ -44,7 +45,7 @@ def splits() -> dict[str, list[C.Variant]]:
     return by_split(C.build_size_matched([lexical_query(i) for i in range(150)]).variants)
 
 
-@pytest.mark.parametrize("name", ALL_BASELINES)
+@pytest.mark.parametrize("name", [*ALL_BASELINES, *LEXSET_VARIANTS])
 def test_every_baseline_honours_the_contract(splits: dict[str, list[C.Variant]], name: str) -> None:
     model = make_model(name, 17).fit(splits["train"], splits["validation"])
     test = splits["test"]
@@ -59,7 +60,7 @@ def test_every_baseline_honours_the_contract(splits: dict[str, list[C.Variant]],
     assert isinstance(model.deterministic, bool)
 
 
-@pytest.mark.parametrize("name", ["sc_tfidf", "lexset", "retrieval_sim"])
+@pytest.mark.parametrize("name", ["sc_tfidf", "lexset", "retrieval_sim", *LEXSET_VARIANTS])
 def test_query_matching_models_learn_the_match(splits: dict[str, list[C.Variant]], name: str) -> None:
     model = make_model(name, 17).fit(splits["train"], splits["validation"])
     test = splits["test"]
@@ -78,6 +79,22 @@ def test_deterministic_models_do_not_depend_on_the_seed(splits: dict[str, list[C
         a = make_model(name, 17).fit(splits["train"], splits["validation"]).predict(splits["test"])
         b = make_model(name, 29).fit(splits["train"], splits["validation"]).predict(splits["test"])
         assert np.array_equal(a.unsafe_prob, b.unsafe_prob)
+
+
+def test_lexset_variants_change_only_their_part(splits: dict[str, list[C.Variant]]) -> None:
+    """``lexset_no_title`` reads LexSet's features less the two title columns (and the set's
+    title aggregate); ``lexset_logistic`` keeps the features and puts logistic heads on them."""
+    train = splits["train"][:90]
+    full = LexSet(seed=17).fit(train)
+    no_title = make_model("lexset_no_title", 17).fit(train)
+    view_full, view_nt = full._views(train[:1])[0], no_title._views(train[:1])[0]
+    title = [PAIR_FEATURE_NAMES.index("title_q_recall"), PAIR_FEATURE_NAMES.index("title_named")]
+    np.testing.assert_array_equal(no_title._unit_matrix(view_nt), np.delete(full._unit_matrix(view_full), title, axis=1))
+    scores = np.linspace(0, 1, len(train[0].units))
+    assert no_title._set_row(view_nt, scores) == [x for i, x in enumerate(full._set_row(view_full, scores))
+                                                   if i != 8 + 4]  # 8 score aggregates, then title_named max
+    logistic = make_model("lexset_logistic", 17).fit(train, splits["validation"])
+    assert isinstance(logistic._heads.unsafe.steps[-1][1], LogisticRegression) and "C" in logistic.config
 
 
 def test_lexset_is_reproducible_per_seed(splits: dict[str, list[C.Variant]]) -> None:
@@ -156,7 +173,7 @@ def test_lexset_features_do_not_depend_on_string_hashing() -> None:
     code = ("import hashlib, numpy as np\n"
             "from memsafe_lib.variants import construction as C\n"
             "from memsafe_lib.data.records import BaseQuery, Provenance, Unit\n"
-            "from memsafe_lib.estimators.lexset import LexSet, UnitFeaturizer\n"
+            "from memsafe_lib.estimators.lexset import PAIR_FEATURE_NAMES, LexSet, UnitFeaturizer\n"
             "rng = np.random.default_rng(0)\n"
             "vocab = [f'w{k}' for k in range(300)]\n"
             "def query(i):\n"

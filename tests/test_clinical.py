@@ -279,6 +279,9 @@ def test_paper_scale_runs_the_papers_clinical_settings() -> None:
     assert len(set(names)) == len(names) and names[0][1] == "clinical-1in64-cap1000"
     assert paper.settings[1].label == "OMR, 1/16 patients, 60,000 cap"
     cpu = config.SCALES["cpu"].clinical  # the 100-patient demo: every patient, capped questions
+    # the paper's three-row shape: a small OMR row, then OMR and laboratory events at the largest cap
+    assert [s.dataset for s in cpu.settings] == ["mimic-omr", "mimic-omr", "mimic-labs"]
+    assert cpu.settings[0].question_cap < cpu.settings[1].question_cap == cpu.settings[2].question_cap
     assert {s.patient_fraction for s in cpu.settings} == {1.0}
 
 

@@ -13,7 +13,7 @@ from scipy.stats import norm, rankdata, wilcoxon
 from sklearn.metrics import f1_score, roc_auc_score
 from statsmodels.stats.multitest import multipletests
 
-from memsafe_lib.evaluation.hypotheses import evaluate_hypotheses, smoke_gates
+from memsafe_lib.evaluation.hypotheses import evaluate_hypotheses, h2_readings, smoke_gates
 from memsafe_lib.measures.inference import (
     BootstrapResult,
     _draw_counts,
@@ -461,3 +461,41 @@ def test_smoke_gates() -> None:
     report = smoke_gates(results_table(no_validation), invariants_hold=True).set_index("id")
     assert report.loc["G5", "status"] == "untested" and "missing memsafe, lexset" in report.loc["G5", "evidence"]
     assert report.loc["G2", "status"] == "pass"
+
+
+def test_h2_is_read_against_each_lexset_variant_beside_the_registered_verdict() -> None:
+    """Where LexSet's strength comes from (issue 46, item 11): H2 with a variant in LexSet's place."""
+    v = passing_values()
+    for d in QA:
+        v[(d, "size-matched", "lexset", "test")] = (0.85, 0.40)          # LexSet beats MemSafe: H2 fails
+        v[(d, "size-matched", "lexset_no_title", "test")] = (0.70, 0.40)  # without titles it does not
+    v[("musique", "size-matched", "lexset_logistic", "test")] = (0.79, 0.61)  # macro F1 above MemSafe's
+    out = h2_readings(results_table(v), ("lexset_no_title", "lexset_logistic", "lexset_absent")).set_index("against")
+    assert list(out.index) == ["lexset", "lexset_no_title", "lexset_logistic", "lexset_absent"]
+    assert out.loc["lexset", "registered"] and not out.loc["lexset_no_title", "registered"]
+    assert out.loc["lexset", "status"] == evaluate_hypotheses(results_table(v)).set_index("id").loc["H2", "status"]
+    assert out.loc["lexset", "status"] == "fail" and out.loc["lexset_no_title", "status"] == "pass"
+    assert out.loc["lexset_logistic", "status"] == "fail"
+    assert "musique test macro_f1: memsafe 0.6000 - lexset_logistic 0.6100" in out.loc["lexset_logistic", "evidence"]
+    assert out.loc["lexset_absent", "status"] == "untested"
+
+
+def test_h5_is_partially_refuted_when_the_clinical_rows_disagree() -> None:
+    """The paper's H5: LexSet leads its small OMR row, MemSafe the two larger ones, "partially
+    refuted"; not a plain fail (one case refutes a universal claim) nor a pass."""
+    v = passing_values()
+    del v[("mimic-iv", "clinical", "memsafe", "test")], v[("mimic-iv", "clinical", "lexset", "test")]
+    for cons, memsafe, lexset in (("clinical-cap2000", 0.60, 0.70), ("clinical-cap3000", 0.80, 0.70)):
+        v[("mimic-omr", cons, "memsafe", "test")] = (memsafe, 0.5)
+        v[("mimic-omr", cons, "lexset", "test")] = (lexset, 0.5)
+    v[("mimic-labs", "clinical-cap3000", "memsafe", "test")] = (0.9, 0.5)
+    v[("mimic-labs", "clinical-cap3000", "lexset", "test")] = (0.8, 0.5)
+    h5 = evaluate_hypotheses(results_table(v)).set_index("id").loc["H5"]
+    assert h5.status == "partially refuted"
+    assert "memsafe 0.6000 - lexset 0.7000" in h5.evidence and "[clinical-cap2000]" in h5.evidence
+    for rows, expected in (((0.60, 0.60), "fail"), ((0.80, 0.80), "pass")):
+        w = dict(v)
+        for cons, memsafe in zip(("clinical-cap2000", "clinical-cap3000"), rows, strict=True):
+            w[("mimic-omr", cons, "memsafe", "test")] = (memsafe, 0.5)
+        w[("mimic-labs", "clinical-cap3000", "memsafe", "test")] = (rows[0] + 0.15, 0.5)  # LexSet: 0.8
+        assert evaluate_hypotheses(results_table(w)).set_index("id").loc["H5", "status"] == expected

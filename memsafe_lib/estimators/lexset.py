@@ -30,6 +30,9 @@ from typing import Any
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from memsafe_lib.config import DEFAULT_SEED
 from memsafe_lib.estimators.controls import Predictions
@@ -107,6 +110,18 @@ def position_rank_features(view: MemoryView) -> np.ndarray:
 UnitGroup = Callable[[MemoryView], np.ndarray]
 UNIT_FEATURE_GROUPS: tuple[UnitGroup, ...] = (lambda view: view.pair, position_rank_features)
 
+TITLE_FEATURES: tuple[int, ...] = (PAIR_FEATURE_NAMES.index("title_q_recall"), PAIR_FEATURE_NAMES.index("title_named"))
+"""The pair features that read the unit's title alone (the TF-IDF cosine and BM25 read title and
+text together and stay)."""
+
+
+def pair_without_title(view: MemoryView) -> np.ndarray:
+    """The pair features less :data:`TITLE_FEATURES` (``lexset_no_title``)."""
+    return np.delete(view.pair, TITLE_FEATURES, axis=1)
+
+
+NO_TITLE_UNIT_GROUPS: tuple[UnitGroup, ...] = (pair_without_title, position_rank_features)
+
 
 # ---------------------------------------------------------------- set features
 
@@ -123,8 +138,14 @@ def similarity_aggregates(view: MemoryView, scores: np.ndarray) -> list[float]:
             view.pair[:, 5].max(), float(len(view.variant.units))]
 
 
+def similarity_aggregates_without_title(view: MemoryView, scores: np.ndarray) -> list[float]:
+    """:func:`similarity_aggregates` less the largest title-named feature."""
+    return [x for i, x in enumerate(similarity_aggregates(view, scores)) if i != 4]
+
+
 SetGroup = Callable[[MemoryView, np.ndarray], list[float]]
 SET_FEATURE_GROUPS: tuple[SetGroup, ...] = (evidence_score_aggregates, similarity_aggregates)
+NO_TITLE_SET_GROUPS: tuple[SetGroup, ...] = (evidence_score_aggregates, similarity_aggregates_without_title)
 
 GRID = (
     {"learning_rate": 0.05, "max_leaf_nodes": 15},
@@ -132,13 +153,15 @@ GRID = (
     {"learning_rate": 0.05, "max_leaf_nodes": 31},
     {"learning_rate": 0.1, "max_leaf_nodes": 31},
 )
+LOGISTIC_GRID = ({"C": 0.1}, {"C": 1.0}, {"C": 10.0})
+"""Inverse regularisation of the logistic set heads (``head="logistic"``), on standardised features."""
 
 
 @dataclass
 class _SetHeads:
-    unsafe: HistGradientBoostingClassifier
-    state: HistGradientBoostingClassifier
-    count: HistGradientBoostingRegressor
+    unsafe: Any  # a classifier with predict_proba and classes_ (boosting, or a logistic pipeline)
+    state: Any
+    count: Any
 
 
 @dataclass
@@ -220,6 +243,11 @@ class LexSet:
     """Extra (unit, set) feature groups used only when the training variants come from that
     construction (clinical: numeric trend, position and gap features)."""
     grid: tuple[dict[str, Any], ...] = GRID
+    head: str = "boosting"
+    """Set-level heads: ``boosting`` (the paper's description: gradient boosting) or ``logistic``
+    (logistic regression for unsafe and state, ridge for the count, standardised features, grid
+    :data:`LOGISTIC_GRID`), the ``lexset_logistic`` row that shows what boosting adds. The unit
+    model is gradient boosting in both."""
     config: dict[str, Any] = field(default_factory=dict)
     selection_scores: list[dict[str, Any]] = field(default_factory=list)
     _features: UnitFeaturizer | None = None
@@ -285,6 +313,13 @@ class LexSet:
         xv = self._set_matrix(validation)[0] if validation else None
 
         def fit_heads(cfg: dict[str, Any]) -> _SetHeads:
+            if self.head == "logistic":
+                def logistic() -> Any:
+                    return make_pipeline(StandardScaler(), LogisticRegression(C=cfg["C"], max_iter=2000))
+                ridge = make_pipeline(StandardScaler(), Ridge(alpha=1 / cfg["C"]))
+                return _SetHeads(logistic().fit(x, [v.unsafe for v in train]),
+                                 logistic().fit(x, [v.state for v in train]),
+                                 ridge.fit(x, [v.missing_count for v in train]))
             kw = dict(max_iter=300, max_features=0.8, random_state=self.seed, **cfg)
             return _SetHeads(
                 HistGradientBoostingClassifier(**kw).fit(x, [v.unsafe for v in train]),
@@ -292,7 +327,10 @@ class LexSet:
                 HistGradientBoostingRegressor(**kw).fit(x, [v.missing_count for v in train]),
             )
 
-        chosen = select(list(self.grid), fit_heads, lambda heads, _vs: self._predict_heads(heads, xv), validation)
+        if self.head not in ("boosting", "logistic"):
+            raise ValueError(f"{self.name}: head must be 'boosting' or 'logistic', not {self.head!r}")
+        grid = LOGISTIC_GRID if self.head == "logistic" else self.grid
+        chosen = select(list(grid), fit_heads, lambda heads, _vs: self._predict_heads(heads, xv), validation)
         self._heads, self.config, self.selection_scores = chosen.model, chosen.config, chosen.grid_scores
         return self
 

@@ -21,7 +21,7 @@ from memsafe_lib.estimators.clinical import (
 from memsafe_lib.estimators.concat import ConcatConfig, ConcatCrossEncoder
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import CONTROLS, Estimator
-from memsafe_lib.estimators.lexset import LexSet
+from memsafe_lib.estimators.lexset import NO_TITLE_SET_GROUPS, NO_TITLE_UNIT_GROUPS, LexSet
 from memsafe_lib.estimators.memsafe import MemSafe, RelevanceAggregation
 from memsafe_lib.variants.clinical import CLINICAL
 
@@ -31,6 +31,11 @@ MODELS: dict[str, Callable[[int], Estimator]] = {
     "sc_tfidf": lambda seed: SufficientContextTfidf(),
     "lexset": lambda seed: LexSet(seed=seed, construction_groups={
         CLINICAL: (clinical_unit_features, clinical_set_features)}),
+    # Where LexSet's strength comes from (beyond the paper, which specifies no more than its name
+    # and the features Stage B borrows): without the two title features, and with logistic heads.
+    "lexset_no_title": lambda seed: LexSet(seed=seed, name="lexset_no_title", unit_groups=NO_TITLE_UNIT_GROUPS,
+                                           set_groups=NO_TITLE_SET_GROUPS),
+    "lexset_logistic": lambda seed: LexSet(seed=seed, name="lexset_logistic", head="logistic"),
     "clinical_rule": lambda seed: ClinicalRule(),
     "recency_only": lambda seed: recency_control(),
     "retrieval_sim": lambda seed: RetrievalSimilarity(),
@@ -85,6 +90,8 @@ def seeds_for(name: str, seeds: Sequence[int]) -> list[int]:
 
 
 BASELINES: tuple[str, ...] = ("tfidf", "sc_tfidf", "lexset", "retrieval_sim")
+LEXSET_VARIANTS: tuple[str, ...] = ("lexset_no_title", "lexset_logistic")
+"""LexSet with one part changed, to read H2 against (notebook 02, beside the registered verdict)."""
 ALL_BASELINES: tuple[str, ...] = (*BASELINES, *CONTROLS)
 """The non-neural rows of Table "main"."""
 MAIN_NEURAL: tuple[str, ...] = ("memsafe", "mean_pool", "relevance_agg", "concat_ce")

@@ -47,6 +47,9 @@ MEMSAFE_OVER_LEXSET_MIN_VALIDATION = 0.05
 """Smoke gate: memsafe's validation unsafe AUROC exceeds lexset's by at least this."""
 
 PASS, FAIL, UNTESTED = "pass", "fail", "untested"
+PARTIAL = "partially refuted"
+"""H5's status when Table "clinical"'s rows disagree (the paper's own outcome: LexSet leads the
+small OMR row, MemSafe the two larger ones)."""
 REPORT_COLUMNS: tuple[str, ...] = ("id", "statement", "status", "evidence")
 
 
@@ -81,14 +84,17 @@ DROPPED_GATES: dict[str, str] = {
 _Check = tuple[bool | None, str]  # (outcome, evidence); None: could not be tested
 
 
-def _verdict(check_id: str, checks: list[_Check], nothing: str = "no applicable data") -> dict[str, str]:
+def _status(checks: list[_Check], nothing: str = "no applicable data") -> tuple[str, str]:
     """fail if any check fails (a universal claim is refuted by one case), pass if all pass, else untested."""
     if not checks:
-        status, evidence = UNTESTED, nothing
-    else:
-        outcomes = [ok for ok, _ in checks]
-        status = FAIL if False in outcomes else PASS if all(ok is True for ok in outcomes) else UNTESTED
-        evidence = "; ".join(text for _, text in checks)
+        return UNTESTED, nothing
+    outcomes = [ok for ok, _ in checks]
+    status = FAIL if False in outcomes else PASS if all(ok is True for ok in outcomes) else UNTESTED
+    return status, "; ".join(text for _, text in checks)
+
+
+def _verdict(check_id: str, checks: list[_Check], nothing: str = "no applicable data") -> dict[str, str]:
+    status, evidence = _status(checks, nothing)
     return {"id": check_id, "statement": STATEMENTS[check_id], "status": status, "evidence": evidence}
 
 
@@ -155,6 +161,26 @@ def _exceeds(means: _Means, dataset: str, construction: str, split: str, metric:
     return ok, f"{where}: {a} {va:.4f} - {b} {vb:.4f} = {va - vb:+.4f} ({'ok' if ok else 'not'} {rel})"
 
 
+def _h2_checks(means: _Means, lexset: str) -> list[_Check]:
+    qa_present = means.datasets(FAMILY_A, lambda d: d in FAMILY_A_DATASETS)
+    return [_exceeds(means, d, FAMILY_A, TEST, metric, MEMSAFE, other)
+            for d in qa_present for other in (lexset, TFIDF) for metric in METRICS]
+
+
+def h2_readings(metrics: pd.DataFrame, variants: Sequence[str]) -> pd.DataFrame:
+    """H2 read with each LexSet variant in LexSet's place (``against``), after the registered
+    reading (``registered``: against LexSet itself, the verdict of the hypotheses table). The
+    paper specifies LexSet by its name and the features Stage B borrows, so these rows show
+    how much of H2's outcome rests on our choices (title features, gradient boosting); they
+    are readings, not registered hypotheses."""
+    means = _Means(metrics)
+    rows = []
+    for lexset in (LEXSET, *variants):
+        status, evidence = _status(_h2_checks(means, lexset), "no size-matched QA dataset in the table")
+        rows.append({"against": lexset, "registered": lexset == LEXSET, "status": status, "evidence": evidence})
+    return pd.DataFrame(rows)
+
+
 def evaluate_hypotheses(metrics: pd.DataFrame, intervals: pd.DataFrame | None = None) -> pd.DataFrame:
     """Status of the pre-registered hypotheses H1-H5 from seed-level results and bootstrap intervals.
 
@@ -182,10 +208,7 @@ def evaluate_hypotheses(metrics: pd.DataFrame, intervals: pd.DataFrame | None = 
         h1.append((ok, text))
     rows.append(_verdict("H1", h1))
 
-    qa_present = means.datasets(FAMILY_A, lambda d: d in FAMILY_A_DATASETS)
-    h2 = [_exceeds(means, d, FAMILY_A, TEST, metric, MEMSAFE, other)
-          for d in qa_present for other in (LEXSET, TFIDF) for metric in METRICS]
-    rows.append(_verdict("H2", h2, nothing="no size-matched QA dataset in the table"))
+    rows.append(_verdict("H2", _h2_checks(means, LEXSET), nothing="no size-matched QA dataset in the table"))
 
     drops: dict[str, float | None] = {}
     h3_missing = []
@@ -212,13 +235,20 @@ def evaluate_hypotheses(metrics: pd.DataFrame, intervals: pd.DataFrame | None = 
     h4 = [_exceeds(means, d, FAMILY_A, TEST, "unsafe_auroc", MEMSAFE, MEMSAFE_NO_BRIDGE) for d in (MUSIQUE, TWOWIKI)]
     rows.append(_verdict("H4", h4))
 
+    # H5 over every clinical (dataset, construction) in ``metrics``: notebook 07 passes Table
+    # "clinical"'s rows, as the paper grades it, not the learning curve's points. Rows that
+    # disagree make it partially refuted, the paper's outcome.
     clinical = sorted(d for d in metrics["dataset"].unique() if str(d).startswith(CLINICAL_PREFIX))
     h5: list[_Check] = []
     for d in clinical:
         for cons in sorted(metrics.loc[metrics["dataset"] == d, "construction"].unique()):
             ok, text = _exceeds(means, d, cons, TEST, "unsafe_auroc", MEMSAFE, LEXSET)
             h5.append((ok, f"{text} [{cons}]"))
-    rows.append(_verdict("H5", h5, nothing=f"no dataset starting with {CLINICAL_PREFIX!r}"))
+    h5_row = _verdict("H5", h5, nothing=f"no dataset starting with {CLINICAL_PREFIX!r}")
+    outcomes = {ok for ok, _ in h5}
+    if {True, False} <= outcomes:
+        h5_row["status"] = PARTIAL
+    rows.append(h5_row)
 
     h6 = [_exceeds(means, d, BLIND_MATCHED, TEST, "unsafe_auroc", MEMSAFE, other)
           for d in FAMILY_A_DATASETS for other in (LEXSET, *BLIND_CONTROLS)] if means.datasets(BLIND_MATCHED) else []

@@ -28,6 +28,7 @@ from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.registry import (
+    LEXSET_VARIANTS,
     SET_MODELS,
     frozen_representations,
     is_neural,
@@ -146,7 +147,7 @@ def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cac
     return result
 
 
-SIDE_BY_SIDE_MODELS: frozenset[str] = SET_MODELS | {"concat_ce", "lexset"}
+SIDE_BY_SIDE_MODELS: frozenset[str] = SET_MODELS | {"concat_ce", "lexset", *LEXSET_VARIANTS}
 """Models whose seeded fits run side by side in worker processes: the Stage B set models, the
 concatenated cross-encoder (fitted and scored with one thread,
 :data:`memsafe_lib.config.FINETUNE_THREADS`) and LexSet (one thread wherever it runs, see
@@ -217,7 +218,7 @@ def fit_batches(batches: Sequence[FitBatch | None]) -> list[dict[tuple[str, int]
     models = {model for _, model, _, _ in jobs}
     if models - SET_MODELS:  # named, so the time table can tell what the batch held
         named = (("Stage B", bool(models & SET_MODELS)), ("concatenated cross-encoder", "concat_ce" in models),
-                 ("LexSet", "lexset" in models))
+                 ("LexSet", any(m.startswith("lexset") for m in models)))
         kinds = [kind for kind, present in named if present]
         what = f"fits side by side ({', '.join(kinds)})"
     with step(f"{where}: {len(jobs)} {what}"):

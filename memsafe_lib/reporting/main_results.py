@@ -16,6 +16,7 @@ MODEL_LABELS: dict[str, str] = {
     "memsafe": "MemSafe", "mean_pool": "Encoder + mean pool", "relevance_agg": "Relevance aggregation",
     "concat_ce": "Concatenated cross-encoder", "llm_judge": "LLM judge (zero-shot)",
     "tfidf": "Flat TF-IDF logistic", "sc_tfidf": "Sufficient-context-style (TF-IDF)", "lexset": "LexSet",
+    "lexset_no_title": "LexSet without title features", "lexset_logistic": "LexSet with logistic heads",
     "retrieval_sim": "Retrieval-similarity proxy", "text_length": "Text-length control",
     "paragraph_count": "Paragraph-count control", "provenance_only": "Provenance-only control", "majority": "Majority",
     "blind_bow": "Blind control: memory bag of words", "blind_unit": "Blind control: unit evidence from text",
