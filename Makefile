@@ -55,8 +55,9 @@ test: install
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider artifacts/smoke/*/*.ipynb
 	$(BIN)/memsafe verify --scale cpu
 
-# Every notebook at the paper's settings on a few questions (config.paper_dry_run), on CPU.
-dry-run: install
+# Every notebook at the paper's settings on a few questions (config.paper_dry_run), on CPU; the
+# packaged 1.5B reader stands in for the paper's second reader (Qwen2.5-1.5B-Instruct).
+dry-run: install readers
 	$(BIN)/python -m pytest -m paper_dry tests/test_notebooks.py
 
 # Served from the repository root (so jupytext reads jupytext.toml and the executed copies

@@ -47,6 +47,8 @@ n_ctx = 8192
 gate_models = ["memsafe", "lexset", "tfidf", "paragraph_count", "text_length"]
 prevalence_draws = 5
 combined_validation_questions = 1
+second_reader_model = ""
+second_reader_questions = 0
 
 # %%
 # %matplotlib inline
@@ -163,6 +165,32 @@ save_figure(fig, out / "fig_reader_coverage.png")
 fig
 
 # %% [markdown]
+# ### A second reader
+#
+# The paper also gates Qwen2.5-1.5B-Instruct on 1,500 MuSiQue questions and quotes one point
+# of it: at 10% coverage MemSafe 0.8296, answering everything 0.9162, reader confidence 0.9731.
+# `second_reader_model` reads its own hash-chosen sample of `second_reader_questions` test
+# questions (no judge) and the same gates rank them (`reader_second.csv`, the paper's points
+# in `paper_*`). `paper` runs it; the paper dry run runs the packaged Qwen2.5-Coder 1.5B as
+# its stand-in on one question; `cpu` does not (its main reader already is that 1.5B model).
+
+# %%
+second_outputs = []
+if second_reader_model and second_reader_questions > 0:
+    sample_2 = G.reader_sample(splits["test"], second_reader_questions)
+    answers_2, info_2 = G.read_and_judge(sample_2, cfg, second_reader_model, None, n_ctx=n_ctx,
+                                         max_tokens=max_answer_tokens)
+    frame_2 = G.add_fixed_gates(G.add_model_gates(answers_2, predictions, gate_models), judge_shots=())
+    second = R.with_paper(G.reader_table(frame_2), reference="reader_second")
+    write_csv(out / "reader_second.csv", second)
+    second_outputs.append(out / "reader_second.csv")
+    info.update({"second_reader": second_reader_model, "second_reader_memories": len(answers_2),
+                 "seconds_second_reader": info_2["seconds_reader"]})
+    display(second)
+else:
+    print("no second reader at this scale")
+
+# %% [markdown]
 # ## 3 · Pre-registered criteria and the judges' AUROC
 #
 # The criteria exactly as registered (a 10% reader-risk target; (ii)'s memory-length control
@@ -214,13 +242,16 @@ outputs = [out / f for f in ("reader_accuracy.csv", "reader.csv", "fig_reader_co
                              "judge_auroc.csv", "prevalence.csv", "fig_prevalence.png", "reader_answers.csv.gz")]
 write_json(out / "summary.json", {"scale": scale, "dataset": dataset, **info, "questions": reader_questions,
                                   "memories": len(answers), "criteria": crit.set_index("criterion").met.to_dict()})
+outputs += second_outputs
 record_run("notebook:06_reader_gating", cfg, raw_files=loaded.files,
            settings={"dataset": dataset, "reader_model": reader_model, "judge_model": judge_model,
                      "judge_shots": judge_shots, "few_shot_n_ctx": few_shot_n_ctx,
                      "reader_questions": reader_questions, "max_answer_tokens": max_answer_tokens, "n_ctx": n_ctx,
                      "gate_models": gate_models, "prevalence_draws": prevalence_draws,
                      "reader_seeds": reader_seeds, "prevalence_seeds": prevalence_seeds,
-                     "combined_validation_questions": combined_validation_questions, **info},
+                     "combined_validation_questions": combined_validation_questions,
+                     "second_reader_model": second_reader_model, "second_reader_questions": second_reader_questions,
+                     **info},
            outputs=[*outputs, out / "summary.json"], inputs=[source],
            metrics={"answer_all_error": float(answers.wrong.mean()),
                     "reader": table.set_index("gate")[[c for c in table.columns if c.startswith("error_at_")

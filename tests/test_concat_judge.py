@@ -4,16 +4,22 @@ comparisons on the judged subset checked against scikit-learn."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
+from transformers import AutoTokenizer, ModernBertConfig, ModernBertForSequenceClassification
 
+from memsafe_lib.config import PACKAGED_ENCODER, SCALES
+from memsafe_lib.encodings.encoders import resolve_model
 from memsafe_lib.estimators import concat as K
 from memsafe_lib.estimators import judge as J
-from memsafe_lib.estimators.registry import seeds_for
+from memsafe_lib.estimators.registry import make_model, seeds_for
 from memsafe_lib.evaluation import llm_judge
 from memsafe_lib.variants import construction as C
 
@@ -55,6 +61,38 @@ def test_concat_cross_encoder_fits_predicts_and_reuses_its_weights(variants: lis
     monkeypatch.setattr(K, "finetune", no_training)
     again = K.ConcatCrossEncoder(17, settings, cache_dir=tmp_path).fit(train).predict(variants[:6])
     np.testing.assert_allclose(again.unsafe_prob, preds.unsafe_prob, atol=1e-6)
+
+
+def _tiny_modernbert(path: Path) -> Path:
+    """A 2-layer ModernBERT sequence classifier (one logit, 2,048 positions) with the packaged
+    tokenizer: the shape of the paper's 8k reranker, small enough for a test."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(PACKAGED_ENCODER))
+    config = ModernBertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=64,
+                              num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=2048, num_labels=1,
+                              pad_token_id=tokenizer.pad_token_id, cls_token_id=tokenizer.cls_token_id,
+                              sep_token_id=tokenizer.sep_token_id, bos_token_id=tokenizer.cls_token_id,
+                              eos_token_id=tokenizer.sep_token_id)
+    torch.manual_seed(0)
+    ModernBertForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_the_joint_encoder_reads_a_long_context_checkpoint_past_512_tokens(variants: list[C.Variant],
+                                                                          tmp_path: Path) -> None:
+    """``joint_8k`` is the concatenated cross-encoder on the budget's long-context start and window:
+    a memory of about 700 tokens is read whole at a 1,024-token window (512 would cut it)."""
+    start = _tiny_modernbert(tmp_path / "modernbert")
+    budget = replace(SCALES["smoke"].neural, joint_encoder=str(start), joint_max_length=1024, concat_max_train=12)
+    context = SimpleNamespace(budget=budget, device="cpu", cache_dir=tmp_path / "cache")
+    model = make_model("joint_8k", 17, context)  # type: ignore[arg-type]
+    assert (model.name, model.settings.max_length, model.encoder_model) == ("joint_8k", 1024, str(start))
+    assert seeds_for("joint_8k", [17, 29, 43, 71, 101]) == [17, 29, 43]
+    train = [v for v in variants if v.split == "train"]
+    preds = model.fit(train).predict(variants[:6])
+    assert ((preds.unsafe_prob > 0) & (preds.unsafe_prob < 1)).all() and model.config["encoder"] == str(start)
+    long = K.Pair("which page names the river?", " ".join(f"page {i} river" for i in range(230)))
+    assert model._model.tokenize([long])["input_ids"].shape[1] > 512 and not model._model.truncated([long]).any()
 
 
 def test_judge_prompt_and_exemplars(variants: list[C.Variant]) -> None:

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from memsafe_lib.evaluation import reader_gating as G
+from memsafe_lib.reporting import reader as R
 
 
 def _frame() -> pd.DataFrame:
@@ -106,3 +107,13 @@ def test_judge_table_carries_the_papers_values_by_name_only() -> None:
                                                  paper["llm_judge_4shot"]["unsafe_auroc"]]
     assert pd.isna(t.paper_unsafe_auroc.iloc[2])  # the paper reports no LexSet AUROC on its judge subset
     assert t.unsafe_auroc.tolist() == [0.6, 0.7, 0.8]
+
+
+def test_the_second_readers_table_carries_the_three_points_the_paper_quotes() -> None:
+    """The paper quotes its 1.5B reader at 10% coverage only: MemSafe 0.8296, answering
+    everything 0.9162, reader confidence 0.9731."""
+    table = R.with_paper(G.reader_table(_frame()), reference="reader_second").set_index("gate")
+    assert table.loc["memsafe", "paper_error_at_0.1"] == 0.8296
+    assert table.loc["answer_all", "paper_error_at_0.1"] == 0.9162
+    assert table.loc["confidence", "paper_error_at_0.1"] == 0.9731
+    assert table["paper_error_at_0.05"].isna().all() and pd.isna(table.loc["oracle", "paper_error_at_0.1"])

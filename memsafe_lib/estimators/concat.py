@@ -136,7 +136,7 @@ class ConcatCrossEncoder:
 
     def predict(self, variants: Sequence[Variant]) -> Predictions:
         if self._model is None:
-            raise RuntimeError("concat_ce: call fit() first")
+            raise RuntimeError(f"{self.name}: call fit() first")
         with self._threads():
             reps, logits = self._encode(variants)
         return Predictions(1.0 / (1.0 + np.exp(-logits.astype(float))), self._state.predict(reps).astype(object))

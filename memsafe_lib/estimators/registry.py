@@ -54,6 +54,12 @@ NEURAL_MODELS: dict[str, Callable[[int, NeuralContext], Estimator]] = {
     "concat_ce": lambda seed, ctx: ConcatCrossEncoder(
         seed, ConcatConfig(max_length=ctx.budget.concat_max_length, max_train=ctx.budget.concat_max_train),
         encoder_model=ctx.budget.encoder, device=ctx.device, cache_dir=ctx.cache_dir / "concat"),
+    # The paper's 8k joint encoder: the concatenated cross-encoder's serialisation, objective and
+    # training on a long-context sequence-classification checkpoint (budget.joint_encoder).
+    "joint_8k": lambda seed, ctx: ConcatCrossEncoder(
+        seed, ConcatConfig(max_length=ctx.budget.joint_max_length, max_train=ctx.budget.concat_max_train),
+        encoder_model=ctx.budget.joint_encoder, device=ctx.device, cache_dir=ctx.cache_dir / "joint",
+        name="joint_8k"),
     # Ablations (Table "ablation", figures "attribution" and "interaction"): one part removed each.
     "memsafe_frozen": lambda seed, ctx: MemSafe(ctx.encodings(seed, frozen=True), seed, ctx.set_config(),
                                                 name="memsafe_frozen", device=ctx.device),
@@ -69,7 +75,7 @@ NEURAL_MODELS: dict[str, Callable[[int, NeuralContext], Estimator]] = {
 }
 """Models that need the neural context. All but ``concat_ce`` read the same Stage A encodings
 at a given seed (``*_frozen``: the pretrained encoder's, without fine-tuning); the
-concatenated cross-encoder tunes its own encoder (cached by content)."""
+concatenated cross-encoder and the joint encoder tune their own encoders (cached by content)."""
 
 SET_MODELS: frozenset[str] = frozenset({"memsafe", "mean_pool", "memsafe_frozen", "memsafe_no_bridge",
                                         "memsafe_no_lexical", "memsafe_no_localization"})
@@ -80,8 +86,9 @@ FROZEN_MODELS: frozenset[str] = frozenset(n for n in NEURAL_MODELS if n.endswith
 RELEVANCE_ONLY_MODELS: frozenset[str] = frozenset({"relevance_agg", "relevance_agg_frozen"})
 """Models that read only Stage A's relevance logits and u_top, never its representations."""
 
-MODEL_SEEDS: dict[str, tuple[int, ...]] = {"concat_ce": PAPER_SEEDS[:3]}
-"""Models the paper runs on fewer seeds: the concatenated cross-encoder uses the first three."""
+MODEL_SEEDS: dict[str, tuple[int, ...]] = {"concat_ce": PAPER_SEEDS[:3], "joint_8k": PAPER_SEEDS[:3]}
+"""Models the paper runs on fewer seeds: the concatenated cross-encoder and the 8k joint encoder
+use the first three."""
 
 
 def seeds_for(name: str, seeds: Sequence[int]) -> list[int]:

@@ -194,7 +194,10 @@ STAGE_B_BUDGET: tuple[str, ...] = ("stage_b_epochs", "stage_b_bf16", "stage_b_pa
 CONCAT_BUDGET: tuple[str, ...] = ("encoder", "concat_max_train", "concat_max_length")
 """What the concatenated cross-encoder reads of the budget; it tunes its own encoder from
 ``encoder`` and never reads Stage A."""
-OWN_ENCODER_MODELS: frozenset[str] = frozenset({"concat_ce"})
+JOINT_BUDGET: tuple[str, ...] = ("joint_encoder", "concat_max_train", "joint_max_length")
+"""What the 8k joint encoder reads of the budget (its own start and window)."""
+OWN_ENCODER_BUDGETS: dict[str, tuple[str, ...]] = {"concat_ce": CONCAT_BUDGET, "joint_8k": JOINT_BUDGET}
+OWN_ENCODER_MODELS: frozenset[str] = frozenset(OWN_ENCODER_BUDGETS)
 
 _ENCODER_FINGERPRINTS: weakref.WeakKeyDictionary[CrossEncoder, str] = weakref.WeakKeyDictionary()
 """Per fold encoder object, its weights fingerprint (0.1 s for MiniLM, asked for by every
@@ -244,7 +247,7 @@ def fit_inputs(context: NeuralContext, model: str, seed: int) -> dict[str, Any]:
     budget = context.budget
     inputs: dict[str, Any] = {"precision": signature(context.device)}
     if model in OWN_ENCODER_MODELS:
-        inputs["concat"] = {name: getattr(budget, name) for name in CONCAT_BUDGET}
+        inputs["concat"] = {name: getattr(budget, name) for name in OWN_ENCODER_BUDGETS[model]}
         return inputs
     frozen = model in FROZEN_MODELS
     encoder_seed = encoder_seed_for(seed, budget.encoder_seeds)

@@ -147,7 +147,7 @@ def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cac
     return result
 
 
-SIDE_BY_SIDE_MODELS: frozenset[str] = SET_MODELS | {"concat_ce", "lexset", *LEXSET_VARIANTS}
+SIDE_BY_SIDE_MODELS: frozenset[str] = SET_MODELS | {"concat_ce", "joint_8k", "lexset", *LEXSET_VARIANTS}
 """Models whose seeded fits run side by side in worker processes: the Stage B set models, the
 concatenated cross-encoder (fitted and scored with one thread,
 :data:`memsafe_lib.config.FINETUNE_THREADS`) and LexSet (one thread wherever it runs, see
@@ -202,7 +202,7 @@ def fit_batches(batches: Sequence[FitBatch | None]) -> list[dict[tuple[str, int]
 
     def longest_first(job: tuple[int, str, int, str]) -> tuple[int, int]:
         batch = batches[job[0]]
-        kind = 1 if job[1] in SET_MODELS else 0 if job[1] == "concat_ce" else 2
+        kind = 1 if job[1] in SET_MODELS else 0 if job[1] in ("concat_ce", "joint_8k") else 2
         return kind, -len(batch.splits["train"]) if batch else 0
 
     jobs.sort(key=longest_first)  # stable: seeds keep their order
@@ -218,6 +218,7 @@ def fit_batches(batches: Sequence[FitBatch | None]) -> list[dict[tuple[str, int]
     models = {model for _, model, _, _ in jobs}
     if models - SET_MODELS:  # named, so the time table can tell what the batch held
         named = (("Stage B", bool(models & SET_MODELS)), ("concatenated cross-encoder", "concat_ce" in models),
+                 ("joint encoder", "joint_8k" in models),
                  ("LexSet", any(m.startswith("lexset") for m in models)))
         kinds = [kind for kind, present in named if present]
         what = f"fits side by side ({', '.join(kinds)})"

@@ -14,7 +14,8 @@ from memsafe_lib.config import paper_reference
 
 MODEL_LABELS: dict[str, str] = {
     "memsafe": "MemSafe", "mean_pool": "Encoder + mean pool", "relevance_agg": "Relevance aggregation",
-    "concat_ce": "Concatenated cross-encoder", "llm_judge": "LLM judge (zero-shot)",
+    "concat_ce": "Concatenated cross-encoder", "joint_8k": "8k joint encoder (exploratory)",
+    "llm_judge": "LLM judge (zero-shot)",
     "tfidf": "Flat TF-IDF logistic", "sc_tfidf": "Sufficient-context-style (TF-IDF)", "lexset": "LexSet",
     "lexset_no_title": "LexSet without title features", "lexset_logistic": "LexSet with logistic heads",
     "retrieval_sim": "Retrieval-similarity proxy", "text_length": "Text-length control",
@@ -140,6 +141,50 @@ def auroc_figure(summary: pd.DataFrame, datasets: Sequence[str]) -> Figure:
         ax.set_title(d)
         ax.set_xlabel("test unsafe AUROC")
         ax.set_ylabel("")
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+JOINT_FIGURE_MODELS: tuple[str, ...] = ("concat_ce", "joint_8k", "mean_pool", "memsafe")
+"""Figure "hardening-joint": the truncated and the long-window joint encoders beside the set models."""
+
+
+def joint_table(summary: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
+    """Figure "hardening-joint"'s numbers: per dataset and model, test unsafe AUROC (seed mean and
+    SD), macro F1 and coverage at the validation-selected 5% risk, with the paper's values."""
+    sub = summary[(summary.construction == "size-matched") & summary.dataset.isin(datasets)
+                  & summary.model.isin(JOINT_FIGURE_MODELS)]
+    rows = []
+    for d in datasets:
+        for model in JOINT_FIGURE_MODELS:
+            hit = sub[(sub.dataset == d) & (sub.model == model)]
+            if not len(hit):
+                continue
+            r = hit.iloc[0]
+            rows.append({"dataset": d, "model": model, "label": MODEL_LABELS[model], "n_seeds": int(r.n_seeds),
+                         "unsafe_auroc": r.unsafe_auroc, "unsafe_auroc_sd": r.unsafe_auroc_sd, "macro_f1": r.macro_f1,
+                         "coverage_at_5pct": r.coverage_at_target, "paper_unsafe_auroc": r.paper_unsafe_auroc,
+                         "paper_coverage": (_paper("selective_5pct", d, model) or {}).get("coverage")})
+    return pd.DataFrame(rows)
+
+
+def joint_figure(table: pd.DataFrame) -> Figure:
+    """Bars per dataset (seed means, SD bars) for the models of :func:`joint_table`; the paper's
+    values as red ticks."""
+    datasets = list(dict.fromkeys(table.dataset))
+    fig = Figure(figsize=(4.2 * max(len(datasets), 1), 2.6))
+    axes = fig.subplots(1, max(len(datasets), 1), sharey=True, squeeze=False)[0]
+    for ax, d in zip(axes, datasets, strict=False):
+        part = table[table.dataset == d].reset_index(drop=True)
+        ax.barh(range(len(part)), part.unsafe_auroc, xerr=part.unsafe_auroc_sd.fillna(0), color="#4C72B0")
+        ax.scatter(part.paper_unsafe_auroc, range(len(part)), marker="|", s=160, color="#C44E52",
+                   label="paper (full data)", zorder=3)
+        ax.set_yticks(range(len(part)), part.label)
+        ax.axvline(0.5, color="grey", lw=0.8, ls=":")
+        ax.set_xlim(0.4, 1.0)
+        ax.set_title(d)
+        ax.set_xlabel("test unsafe AUROC")
     axes[0].legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     return fig

@@ -139,8 +139,11 @@ ITEMS: tuple[PaperItem, ...] = (
                  "col:paper_unsafe_auroc"),
               "complete SQuAD 2.0 dev, as in the paper; the source model is trained on the local MuSiQue copy"),
     PaperItem("fig:hardening-joint", "an 8k-token ModernBERT joint encoder",
-              differs="not reproduced: the 149M reranker's weights are not on PyPI and an 8k window is beyond "
-                      "2 CPU cores; Table main's 512-token concatenated cross-encoder is the nearest row"),
+              (("02_training", "3 · Table \"main\": test unsafe AUROC and macro F1"),), report="3",
+              differs="`joint_8k`: the concatenated cross-encoder on a long-context checkpoint, run at `paper` "
+                      "(ModernBERT-base reranker, 8,192 tokens) and at smoke and the paper dry run with the packaged "
+                      "MiniLM at its longest window (512); not at `cpu`, where that stand-in at 512 tokens is the "
+                      "concatenated cross-encoder itself (Table main's row)"),
     PaperItem("tab:selective", "coverage at a 5% evidence risk, AURC",
               (("05_selective", "1 · Table \"selective\""),), ("05_selective/selective.csv",), "4",
               _h("MuSiQue MemSafe coverage at 5% risk", "05_selective/selective.csv dataset=musique model=memsafe "
@@ -156,7 +159,8 @@ ITEMS: tuple[PaperItem, ...] = (
               _h("error at 25% coverage, MemSafe gate", "06_reader_gating/reader.csv gate=memsafe error_at_0.25",
                  "col:paper_error_at_0.25"),
               "a 1.5B Q4 GGUF reader (paper: 7B) on the first MuSiQue test questions (cpu parameter "
-              "reader_questions; paper: 1,000)"),
+              "reader_questions; paper: 1,000); the paper's second reader (Qwen2.5-1.5B-Instruct, 1,500 "
+              "questions, reader_second.csv) runs at `paper` and, by its packaged stand-in, in the dry run"),
     PaperItem("fig:clinicalreader", "right panel: reader error against coverage",
               (("06_reader_gating", "2 · Table \"reader\""),), ("06_reader_gating/fig_reader_coverage.png",), "5",
               _h("error answering everything", "06_reader_gating/reader.csv gate=answer_all error_at_0.05",

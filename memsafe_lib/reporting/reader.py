@@ -27,9 +27,10 @@ GATE_LABELS = {"answer_all": "Answer everything", "memsafe": "MemSafe", "lexset"
 text length is our extra row."""
 
 
-def with_paper(table: pd.DataFrame) -> pd.DataFrame:
-    """Our rows with the paper's 7B-reader errors in ``paper_error_at_*`` columns."""
-    paper = config.paper_reference().get("reader", {})
+def with_paper(table: pd.DataFrame, reference: str = "reader") -> pd.DataFrame:
+    """Our rows with the paper's errors in ``paper_error_at_*`` columns: its 7B reader's
+    (``reader``), or the three points it quotes for its 1.5B reader (``reader_second``)."""
+    paper = config.paper_reference().get(reference, {})
     out = table.copy()
     out.insert(1, "label", out.gate.map(GATE_LABELS).fillna(out.gate))
     for c in COVERAGES:
