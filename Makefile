@@ -16,8 +16,8 @@ SHELL  := /bin/bash
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# The last step makes JupyterLab open the jupytext .py notebooks as notebooks, for this
-# environment only (its share/jupyter/lab/settings/overrides.json, not ~/.jupyter).
+# The last two steps make JupyterLab open the jupytext .py notebooks as notebooks and skip its
+# news prompt, for this environment only (its share/jupyter/lab/settings/overrides.json, not ~/.jupyter).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -q --upgrade pip 2>&1 | sed "/^WARNING: Location/d"
 	$(PIP) install -q -e ".[dev]" 2>&1 | sed "/^WARNING: Location/d"
@@ -27,6 +27,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m ipykernel install --sys-prefix --name memsafe --display-name "memsafe" >/dev/null
 	$(BIN)/jupytext-config --settings-file $(VENV)/share/jupyter/lab/settings/overrides.json \
 		set-default-viewer python >/dev/null
+	$(BIN)/python -m memsafe_lib.lab --settings
 	touch $@
 
 install: $(VENV)/.installed

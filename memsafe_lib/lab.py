@@ -8,11 +8,15 @@ are the executed copies under ``artifacts/`` reachable beside the sources.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from memsafe_lib import config
+from memsafe_lib.io import atomic_open
 
 START_FOLDER = "notebooks"
 """Where the browser opens; every folder of the repository is one click away."""
@@ -33,9 +37,43 @@ def lab_argv(*, port: int | None = None, token: str | None = None, open_browser:
     return argv
 
 
+NEWS_PLUGIN = "@jupyterlab/apputils-extension:notification"
+QUIET_NEWS: dict[str, Any] = {"fetchNews": "false", "checkForUpdates": False}
+"""No "Would you like to get notified about official Jupyter news?" prompt and no update check
+when JupyterLab first opens (the prompt covers a corner of the screen; the check needs the internet)."""
+
+
+def overrides_file(prefix: str | Path = sys.prefix) -> Path:
+    """This environment's JupyterLab settings overrides (not the user's ``~/.jupyter``)."""
+    return Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+
+
+def with_quiet_news(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` with :data:`QUIET_NEWS` for the notification plugin, everything else kept."""
+    out = dict(settings)
+    out[NEWS_PLUGIN] = {**out.get(NEWS_PLUGIN, {}), **QUIET_NEWS}
+    return out
+
+
+def write_settings(prefix: str | Path = sys.prefix) -> Path:
+    """Merge :func:`with_quiet_news` into the environment's overrides (``make install`` runs it
+    after jupytext's viewer default)."""
+    path = overrides_file(prefix)
+    current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, "w") as fh:
+        fh.write(json.dumps(with_quiet_news(current), indent=2) + "\n")
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Replace this process with JupyterLab (extra arguments are passed on)."""
-    command = [*lab_argv(), *(sys.argv[1:] if argv is None else argv)]
+    """Replace this process with JupyterLab (extra arguments are passed on); ``--settings`` only
+    writes this environment's settings (:func:`write_settings`)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--settings"]:
+        write_settings()
+        return
+    command = [*lab_argv(), *args]
     os.execv(command[0], command)
 
 

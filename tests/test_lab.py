@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from memsafe_lib import config
-from memsafe_lib.lab import START_FOLDER, lab_argv
+from memsafe_lib.lab import NEWS_PLUGIN, START_FOLDER, lab_argv, overrides_file, write_settings
 from memsafe_lib.notebooks import available
 
 TOKEN = "memsafe-test"
@@ -45,6 +45,18 @@ class Lab:
 
 def _lab_overrides() -> Path:
     return Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+
+
+def test_the_environment_turns_off_jupyterlabs_news_prompt_and_keeps_the_jupytext_viewer(tmp_path: Path) -> None:
+    settings = overrides_file(tmp_path)
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "J"}},
+                                    NEWS_PLUGIN: {"doNotDisturbMode": True}}))
+    written = json.loads(write_settings(tmp_path).read_text())
+    assert written[NEWS_PLUGIN] == {"doNotDisturbMode": True, "fetchNews": "false", "checkForUpdates": False}
+    assert written["@jupyterlab/docmanager-extension:plugin"] == {"defaultViewers": {"python": "J"}}
+    if _lab_overrides().exists():  # this environment, as `make install` left it
+        assert json.loads(_lab_overrides().read_text()).get(NEWS_PLUGIN, {}).get("fetchNews") == "false"
 
 
 @pytest.fixture(scope="module")
