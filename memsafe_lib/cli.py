@@ -10,7 +10,9 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -30,10 +32,12 @@ from memsafe_lib.gate import (
     OVERSIZE_FACTOR,
     Gate,
     abstain_reason,
+    batched,
     gate_datasets,
+    iter_memories,
     metrics_lines,
     oversized,
-    read_memories,
+    scan_memories,
     train_gate,
 )
 from memsafe_lib.io import atomic_open, write_json, write_jsonl
@@ -200,43 +204,58 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+SCORE_CHUNK = 64
+"""Memories ``memsafe score`` reads and scores at a time: its memory does not grow with the input."""
+
+
 def cmd_score(args: argparse.Namespace) -> int:
-    memories = read_memories(args.input)  # validated before the (slow) model load
+    """Stream memories through the gate: the whole file is validated first (a bad line stops
+    before the model loads and before anything is written), the ``--risk`` threshold is fixed
+    before the first memory is scored, then chunks of :data:`SCORE_CHUNK` go in and their
+    lines come out as they are scored (``--out`` is renamed into place only when complete)."""
+    scan = scan_memories(args.input)
     gate = Gate.load(args.gate, device=args.device or "cpu", encoder_model=args.encoder)
-    lines, outputs = [], gate.score_many(memories, progress=True)
-    decisions: list[dict[str, object]] = [{} for _ in memories]
+    controls = {}
     if args.risk is not None:
-        for form in (True, False):  # calibrated on validation memories in the input's own form
-            idx = [i for i, m in enumerate(memories) if ("source_positions" in m) == form]
-            if not idx:
-                continue
-            control = gate.risk_control(args.risk, args.delta, with_provenance=form)
-            for i, decision in zip(idx, gate.decide([outputs[i] for i in idx], control), strict=True):
-                decisions[i] = {"decision": decision, "threshold": control.threshold}
+        for form, count in ((True, scan.with_provenance), (False, scan.memories - scan.with_provenance)):
+            if not count:
+                continue  # calibrated on validation memories in the input's own form
+            control = controls[form] = gate.risk_control(args.risk, args.delta, with_provenance=form)
             print(f"memsafe: --risk {args.risk:g}: {control.guarantee}; threshold "
                   f"{'none (abstain on all)' if control.threshold is None else control.threshold} for "
-                  f"{len(idx)} memories {'with' if form else 'without'} provenance", file=sys.stderr)
+                  f"{count} memories {'with' if form else 'without'} provenance", file=sys.stderr)
             if control.threshold is None:
                 print(f"memsafe: {abstain_reason(control)}", file=sys.stderr)
-    for memory, out, decision in zip(memories, outputs, decisions, strict=True):
-        lines.append(json.dumps({"id": memory.get("id"), **out.to_dict(), **decision}))
-    big = oversized([len(m["units"]) for m in memories], gate.config)
+    big: list[str] = []
+    units = cut_units = cut_memories = window = done = 0
+    start = time.perf_counter()
+    with (atomic_open(Path(args.out), "w") if args.out else nullcontext(sys.stdout)) as fh:
+        for chunk in batched(iter_memories(args.input), SCORE_CHUNK):
+            outputs = gate.score_many(chunk)
+            for memory, out in zip(chunk, outputs, strict=True):
+                decision: dict[str, object] = {}
+                if controls:
+                    control = controls["source_positions" in memory]
+                    decision = {"decision": gate.decide([out], control)[0], "threshold": control.threshold}
+                fh.write(json.dumps({"id": memory.get("id"), **out.to_dict(), **decision}) + "\n")
+                units += len(memory["units"])
+                cut_units += out.truncated_units
+                cut_memories += out.truncated_units > 0
+                window = out.max_length
+            fh.flush()
+            big += [str(chunk[i].get("id", done + i)) for i in oversized([len(m["units"]) for m in chunk], gate.config)]
+            done += len(chunk)
+            if scan.memories > SCORE_CHUNK:  # one line per chunk, only where there is more than one
+                rate = done / max(time.perf_counter() - start, 1e-9)
+                print(f"memsafe: scored {done:,} of {scan.memories:,} memories ({rate:.1f} a second)", file=sys.stderr)
     if big:
-        print(f"memsafe: warning: {len(big)} of {len(memories)} memories hold more than {OVERSIZE_FACTOR}x the units "
+        print(f"memsafe: warning: {len(big)} of {scan.memories} memories hold more than {OVERSIZE_FACTOR}x the units "
               f"of the largest training memory ({gate.config['train_memory_units']['max']}); their scores "
-              f"extrapolate (first: {memories[big[0]].get('id', big[0])})", file=sys.stderr)
-    cut = [o.truncated_units for o in outputs]
-    if any(cut):
-        print(f"memsafe: warning: {sum(cut)} of {sum(len(m['units']) for m in memories)} units in "
-              f"{sum(c > 0 for c in cut)} of {len(memories)} memories are longer than the encoder's "
-              f"{outputs[0].max_length}-token window with the query; the gate read only their beginning "
-              "(per memory: truncated_units)", file=sys.stderr)
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        with atomic_open(Path(args.out), "w") as fh:
-            fh.write(text)
-    else:
-        sys.stdout.write(text)
+              f"extrapolate (first: {big[0]})", file=sys.stderr)
+    if cut_units:
+        print(f"memsafe: warning: {cut_units} of {units} units in {cut_memories} of {scan.memories} memories are "
+              f"longer than the encoder's {window}-token window with the query; the gate read only their "
+              "beginning (per memory: truncated_units)", file=sys.stderr)
     return 0
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -254,10 +254,11 @@ def abstain_reason(control: RiskControl) -> str:
             "on more data (e.g. `memsafe train --scale cpu`) or a looser --risk or --delta")
 
 
-def read_memories(path: str | Path) -> list[dict[str, Any]]:
+def iter_memories(path: str | Path) -> Iterator[dict[str, Any]]:
     """JSON Lines of ``{"id"?, "query": str, "units": [str | {"title", "text"}], "source_positions"?,
-    "source_units"?}``; any other shape stops with file, line and field named."""
-    rows = []
+    "source_units"?}``, one validated memory at a time (nothing is held: a file of any length
+    streams); any other shape stops with file, line and field named."""
+    seen = 0
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, start=1):
             if not raw.strip():
@@ -289,10 +290,46 @@ def read_memories(path: str | Path) -> list[dict[str, Any]]:
             if size is not None and (not isinstance(size, int) or size < len(units)):
                 raise DataFormatError(path, "must be an integer >= the number of units", line=n, record_id=rid,
                                       field="source_units")
-            rows.append(row)
-    if not rows:
+            seen += 1
+            yield row
+    if not seen:
         raise DataFormatError(path, "no memories in the file")
-    return rows
+
+
+def read_memories(path: str | Path) -> list[dict[str, Any]]:
+    """Every memory of ``path`` (:func:`iter_memories`), held in a list."""
+    return list(iter_memories(path))
+
+
+@dataclass(frozen=True)
+class MemoryScan:
+    """What ``memsafe score`` learns from validating a file before it loads the gate."""
+
+    memories: int
+    with_provenance: int
+    """Memories that carry ``source_positions`` (scored, and risk-controlled, in that form)."""
+
+
+def scan_memories(path: str | Path) -> MemoryScan:
+    """Validate every line of ``path`` (the first bad one stops with its file, line and field)
+    and count memories in each form, holding none of them."""
+    total = provenance = 0
+    for row in iter_memories(path):
+        total += 1
+        provenance += "source_positions" in row
+    return MemoryScan(total, provenance)
+
+
+def batched(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    """Consecutive chunks of at most ``size`` rows."""
+    chunk: list[dict[str, Any]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 # ---------------------------------------------------------------- training a gate

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memsafe_lib import cli
 from memsafe_lib.cli import main
 from memsafe_lib.encodings import stagea
 from memsafe_lib.encodings.encoders import EncoderConfig, Pair
@@ -127,6 +128,41 @@ def test_cli_score_writes_one_line_per_memory(trained: Trained, tmp_path: Path) 
     assert [r["id"] for r in rows] == ["m1", "m2"] and [len(r["unit_evidence"]) for r in rows] == [1, 2]
     assert set(rows[0]) == {"id", "unsafe_prob", "state_probs", "unit_evidence", "missing_count", "truncated_units",
                             "max_length"}
+
+
+def test_cli_score_streams_bounded_chunks_and_writes_lines_as_they_are_scored(
+        trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory must not grow with the input: ``memsafe score`` reads and scores at most
+    ``SCORE_CHUNK`` memories at a time and prints each chunk's lines before reading the next."""
+    memories = [{"id": f"m{i}", "query": f"What about the comet {i}?", "units": ["Comets orbit.", f"Lava {i}."]}
+                for i in range(5)]
+    src = tmp_path / "memories.jsonl"
+    src.write_text("".join(json.dumps(m) + "\n" for m in memories))
+    monkeypatch.setattr(cli, "SCORE_CHUNK", 2)
+    calls: list[tuple[int, int]] = []
+    printed: list[str] = []
+    score_many = Gate.score_many
+
+    def spy(self: Gate, chunk: list[dict], progress: bool = False) -> list:
+        printed.extend(capsys.readouterr().out.splitlines())
+        calls.append((len(chunk), len(printed)))
+        return score_many(self, chunk, progress)
+
+    def control(self: Gate, risk: float, delta: float = 0.1, with_provenance: bool = False) -> object:
+        calls.append(("risk", len(printed)))  # this fixture gate has no calibration of its own
+        return ltt_threshold(np.arange(40) % 4 == 0, np.linspace(0, 1, 40), alpha=risk, delta=delta)
+
+    monkeypatch.setattr(Gate, "score_many", spy)
+    monkeypatch.setattr(Gate, "risk_control", control)
+    assert main(["score", "--gate", str(trained.gate_dir), "--input", str(src), "--risk", "0.2"]) == 0
+    printed.extend(capsys.readouterr().out.splitlines())
+    # the threshold first, then chunks of 2, each chunk's lines out before the next is read
+    assert calls == [("risk", 0), (2, 0), (2, 2), (1, 4)]
+    rows = [json.loads(line) for line in printed]
+    whole = score_many(Gate.load(trained.gate_dir), memories)
+    assert [r["id"] for r in rows] == [m["id"] for m in memories]
+    np.testing.assert_allclose([r["unsafe_prob"] for r in rows], [o.unsafe_prob for o in whole], atol=1e-6)
+    assert len({r["threshold"] for r in rows}) == 1  # one threshold, fixed before the first chunk
 
 
 @pytest.mark.parametrize(("line", "where"), [
