@@ -505,7 +505,10 @@ def paper_dry_run(paper: ScaleConfig, base_queries: int = 24) -> ScaleConfig:
     SmolLM2 GGUF); their own loading paths (cross-encoder head, transformers reader) are tested
     with tiny random checkpoints. Its numbers mean nothing."""
     return replace(
-        paper, name="paper-dry", max_base_queries=base_queries, base_query_caps=(("squad2", 10 * base_queries),),
+        # 2WikiMultiHopQA's first 24 questions hold no blind-matched test triple (three test
+        # questions with disjoint evidence); its first 48 hold one in validation and in test
+        paper, name="paper-dry", max_base_queries=base_queries,
+        base_query_caps=(("squad2", 10 * base_queries), ("2wikimultihopqa", 2 * base_queries)),
         description=f"Paper settings on {base_queries} base questions per dataset with packaged stand-in models: "
                     "a dry run of every code path, not a result.",
         # fine-tuning and concatenated cross-encoder training capped (a hash subset instead of

@@ -99,6 +99,13 @@ def test_every_notebook_runs_at_the_paper_settings_dry_run(real_data: Path) -> N
     assert all(memsafe[f"{ds}_seeds"] == 5 for ds in ("musique", "hotpotqa", "2wikimultihopqa"))
     grid = pd.read_csv(scale.run_dir / config.NB02_TRAINING / "stage_b_grid.csv")
     assert len(grid) == 8  # the full grid was searched
+    # the paper's rows that only its scale runs: the 8k joint encoder (three seeds, MuSiQue and
+    # HotpotQA, by the stand-in) and the second reader (by the packaged 1.5B)
+    joint = main.set_index("model").loc["joint_8k"]
+    assert joint["musique_seeds"] == joint["hotpotqa_seeds"] == 3 and pd.isna(joint["2wikimultihopqa_seeds"])
+    second = pd.read_csv(scale.run_dir / config.NB06_READER / "reader_second.csv").set_index("gate")
+    assert {"answer_all", "memsafe", "confidence"} <= set(second.index)
+    assert second.loc["memsafe", "paper_error_at_0.1"] == 0.8296
 
 
 def test_construction_audit_smoke_summary(real_data: Path) -> None:
