@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from memsafe_lib.reporting.paper_report import BLOCK, GENERATED_DOCUMENTS, VALUE, render
+from memsafe_lib.reporting.paper_report import BLOCK, GENERATED_DOCUMENTS, VALUE, markdown_table, render
 
 
 def test_render_fills_filters_and_is_idempotent(tmp_path: Path) -> None:
@@ -72,3 +72,14 @@ def test_a_value_may_come_from_a_key_of_a_summary_dict(tmp_path: Path) -> None:
     (tmp_path / "cpu" / "grid.json").write_text('{"selected": {"width": 256, "dropout": 0.2}, "seed": 17}')
     out = render("<!-- memsafe:value cpu/grid.json selected.dropout .1f -->x<!-- /memsafe:value -->", tmp_path)
     assert "-->0.2<" in out
+
+
+def test_each_column_is_printed_in_the_format_its_unit_wants() -> None:
+    """AUROC to four places, seconds and MB to one, counts with thousands separators (also
+    when a gap made pandas read them as floats), rates and learning rates as written."""
+    frame = pd.DataFrame({"unsafe_auroc": [0.97181, 0.5], "seconds": [1331.1, 4.0], "peak_rss_mb": [184.5, 20.0],
+                          "train_variants": [12000, 5341], "patients": [34.0, None], "dropout": [0.1, 0.2],
+                          "lr": [3e-4, 1e-5], "p_value": [1.5e-5, 0.25]}).convert_dtypes()
+    table = markdown_table(frame).splitlines()
+    assert table[2] == "| 0.9718 | 1,331.1 | 184.5 | 12,000 | 34 | 0.1 | 0.0003 | 1.50e-05 |"
+    assert table[3] == "| 0.5000 | 4.0 | 20.0 | 5,341 | – | 0.2 | 1e-05 | 0.2500 |"

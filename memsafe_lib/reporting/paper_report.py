@@ -31,6 +31,7 @@ import re
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from memsafe_lib import config
@@ -40,18 +41,56 @@ from memsafe_lib.reporting import paper_index
 BLOCK = re.compile(r"(<!-- memsafe:table (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- /memsafe:table -->)", re.S)
 
 
-def _format(value: object) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)) or value is pd.NA:
+ONE_DECIMAL = re.compile(r"(^|_)(seconds|minutes|hours|mb|gb|rss|wall|per_s|per_second|speedup)(_|$)")
+"""Columns in seconds, minutes, MB and rates: one decimal is their precision."""
+AS_WRITTEN = re.compile(r"(^|_)(lr|learning_rate|dropout|weight_decay)$")
+"""Settings, printed as written (0.1, 0.0003, 1e-05), not padded to four places."""
+
+
+def _missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value))
+
+
+def column_format(name: str, values: pd.Series) -> str:
+    """The format a column's unit wants: integers (and whole-number floats, which a gap turns
+    into floats) with thousands separators, seconds/MB/rates and any column with a value
+    beyond 1 (minutes, tokens, ratios) to one decimal, settings as written, and everything in
+    [-1, 1] (AUROC, F1, shares, differences) to four places."""
+    present = [v for v in values if not _missing(v)]
+    if present and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in present):
+        return ",d"
+    floats = [float(v) for v in present if isinstance(v, float | np.floating)]
+    if not floats or len(floats) != len(present):
+        return "s"
+    if AS_WRITTEN.search(name.lower()):
+        return "g"
+    if ONE_DECIMAL.search(name.lower()):
+        return ",.1f"
+    if all(v.is_integer() for v in floats) and max(abs(v) for v in floats) >= 1:
+        return ",.0f"
+    if max(abs(v) for v in floats) > 1:  # not an AUROC, F1 or share: minutes, tokens, ratios
+        return ",.1f"
+    return ".4f"
+
+
+def _format(value: object, fmt: str = "s") -> str:
+    if _missing(value):
         return "–"
-    if isinstance(value, float):
-        return f"{value:.4f}"
+    if fmt == ".4f" and 0 < abs(float(value)) < 5e-5:  # type: ignore[arg-type]
+        return f"{float(value):.2e}"  # type: ignore[arg-type]
+    if fmt == ",d":
+        return f"{int(value):,}"  # type: ignore[call-overload]
+    if fmt != "s":
+        return format(float(value), fmt)  # type: ignore[arg-type]
     return str(value).replace("|", "\\|")
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
     header = "| " + " | ".join(frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    rows = ["| " + " | ".join(_format(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    formats = [column_format(str(c), frame[c]) for c in frame.columns]
+    rows = ["| " + " | ".join(_format(v, f) for v, f in zip(row, formats, strict=True)) + " |"
+            for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *rows]) + "\n"
 
 
