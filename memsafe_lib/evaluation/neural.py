@@ -94,7 +94,7 @@ def stage_b_inputs_key(result: ConstructionResult, encodings: dict[str, VariantE
     and the seed. Edits to notebooks, reports or other estimators leave it unchanged; a
     changed encoding (data, construction or Stage A) or Stage B edit changes it. The torch
     thread count is not in it: it moves the grid's scores in the third decimal, not the
-    selection (REPORT, Appendix B)."""
+    selection (docs/run_history.md)."""
     h = hashlib.sha256()
     for v in sorted((v for v in result.variants if v.split in ("train", "validation")), key=lambda v: v.variant_id):
         h.update(f"{v.variant_id}\x1f{v.split}\x1f{v.state}\n".encode())
