@@ -11,8 +11,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
-
 from memsafe_lib import config, precision
 from memsafe_lib.config import ScaleConfig
 from memsafe_lib.io import canonical_json, replace_row, sha256_bytes, sha256_file, write_csv, write_json
@@ -133,6 +131,8 @@ def _record_run_time(name: str, scale: ScaleConfig, seconds: float, executed: Pa
 
 def _relative_papermill_paths(notebook: Path, source: Path, output: Path) -> None:
     """Record repo-relative paths instead of this machine's temp paths in the metadata."""
+    import nbformat  # lazy: its schema validator costs seconds at import, and only notebook runs need it
+
     nb = nbformat.read(notebook, as_version=4)
     meta = nb.metadata.get("papermill", {})
     meta["input_path"] = source.relative_to(config.REPO_ROOT).as_posix()
@@ -154,6 +154,8 @@ def _flatten_progress_widgets(notebook: Path) -> None:
     final bar ("fine-tune: 100%  250/250 [02:16<00:00]") is what a reader wants to see.
     Other widgets (e.g. the explorer) keep their state.
     """
+    import nbformat  # lazy: its schema validator costs seconds at import, and only notebook runs need it
+
     nb = nbformat.read(notebook, as_version=4)
     state = nb.metadata.get("widgets", {}).get(_WIDGET_STATE, {}).get("state", {})
     if not state:

@@ -143,8 +143,12 @@ def test_cli_score_streams_bounded_chunks_and_writes_lines_as_they_are_scored(
     printed: list[str] = []
     score_many = Gate.score_many
 
+    errors: list[str] = []
+
     def spy(self: Gate, chunk: list[dict], progress: bool = False) -> list:
-        printed.extend(capsys.readouterr().out.splitlines())
+        got = capsys.readouterr()
+        printed.extend(got.out.splitlines())
+        errors.append(got.err)
         calls.append((len(chunk), len(printed)))
         return score_many(self, chunk, progress)
 
@@ -155,9 +159,12 @@ def test_cli_score_streams_bounded_chunks_and_writes_lines_as_they_are_scored(
     monkeypatch.setattr(Gate, "score_many", spy)
     monkeypatch.setattr(Gate, "risk_control", control)
     assert main(["score", "--gate", str(trained.gate_dir), "--input", str(src), "--risk", "0.2"]) == 0
-    printed.extend(capsys.readouterr().out.splitlines())
+    got = capsys.readouterr()
+    printed.extend(got.out.splitlines())
+    errors.append(got.err)
     # the threshold first, then chunks of 2, each chunk's lines out before the next is read
     assert calls == [("risk", 0), (2, 0), (2, 2), (1, 4)]
+    assert "Loading weights" not in "".join(errors)  # no progress bar per model load
     rows = [json.loads(line) for line in printed]
     whole = score_many(Gate.load(trained.gate_dir), memories)
     assert [r["id"] for r in rows] == [m["id"] for m in memories]
