@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jupytext import AsyncTextFileContentsManager
+
 from memsafe_lib import config
 from memsafe_lib.io import atomic_open
 
@@ -22,10 +24,34 @@ START_FOLDER = "notebooks"
 """Where the browser opens; every folder of the repository is one click away."""
 
 
+def kernel_language_info() -> dict[str, Any]:
+    """What the ``memsafe`` kernel (this environment's Python through ipykernel) reports as its
+    language when it starts."""
+    from ipykernel.ipkernel import IPythonKernel  # lazy: only the lab server needs it
+
+    return json.loads(json.dumps(IPythonKernel.language_info))
+
+
+class NotebookContents(AsyncTextFileContentsManager):
+    """jupytext's contents manager, with the kernel's ``language_info`` in every text notebook it
+    reads. A ``.py`` notebook does not store it (jupytext.toml keeps the header as committed), so
+    JupyterLab set it when the kernel started and marked the notebook modified before anything
+    was typed; with the kernel's own value already there, nothing changes, and saving still
+    writes the header without it."""
+
+    async def get(self, path: str, content: bool = True, type: str | None = None,  # noqa: A002 - the API's name
+                  format: str | None = None, **kwargs: Any) -> dict[str, Any]:  # noqa: A002
+        model = await super().get(path, content=content, type=type, format=format, **kwargs)
+        if content and model.get("type") == "notebook" and not str(path).endswith(".ipynb"):
+            model["content"]["metadata"].setdefault("language_info", kernel_language_info())
+        return model
+
+
 def lab_argv(*, port: int | None = None, token: str | None = None, open_browser: bool = True) -> list[str]:
     """The command ``make lab`` runs (tests start the same server on a free port with a token)."""
     argv = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={config.REPO_ROOT}",
-            f"--LabApp.default_url=/lab/tree/{START_FOLDER}"]
+            f"--LabApp.default_url=/lab/tree/{START_FOLDER}",
+            f"--ServerApp.contents_manager_class=memsafe_lib.lab.{NotebookContents.__name__}"]
     if port is not None:
         argv += [f"--port={port}", "--ip=127.0.0.1"]
     if token is not None:
