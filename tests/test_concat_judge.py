@@ -95,6 +95,36 @@ def test_the_joint_encoder_reads_a_long_context_checkpoint_past_512_tokens(varia
     assert model._model.tokenize([long])["input_ids"].shape[1] > 512 and not model._model.truncated([long]).any()
 
 
+class ScriptedLM:
+    """A language model whose next-token log-probabilities are given per prompt."""
+
+    name, fingerprint, n_ctx = "scripted", "scripted-v1", 8192
+
+    def __init__(self, top: dict[str, dict[str, float]]) -> None:
+        self.top = top
+
+    def next_token(self, messages: list[dict[str, str]], top_n: int) -> tuple[dict[str, float], int]:
+        return self.top[messages[-1]["content"]], 100
+
+    def generate(self, messages: list[dict[str, str]], max_tokens: int) -> object:
+        raise AssertionError("the judge reads the next token only")
+
+
+def test_the_judge_scores_unsafe_as_p_no_over_p_yes_plus_p_no(variants: list[C.Variant]) -> None:
+    """Direction and arithmetic by hand: a memory the model calls sufficient (Yes 0.9, No 0.05 +
+    0.03 over two spellings) scores 0.08 / 0.98; one it calls insufficient (Yes 0.1, No 0.7)
+    scores 0.7 / 0.8; so its unsafe AUROC is 1 where the labels follow the model."""
+    sample = variants[:9]
+    judge = J.LLMJudge(lm=ScriptedLM({}))
+    sufficient = {"Yes": math.log(0.9), " No": math.log(0.05), "no": math.log(0.03), "Maybe": math.log(0.02)}
+    insufficient = {" yes": math.log(0.1), "No": math.log(0.7), "The": math.log(0.2)}
+    judge.lm = ScriptedLM({judge.messages(v)[-1]["content"]: insufficient if v.unsafe else sufficient for v in sample})
+    scores = judge.scores(sample, progress=False)
+    expected = [0.7 / 0.8 if v.unsafe else 0.08 / 0.98 for v in sample]
+    np.testing.assert_allclose(scores, expected, rtol=1e-12)
+    assert roc_auc_score([v.unsafe for v in sample], scores) == 1.0
+
+
 def test_judge_prompt_and_exemplars(variants: list[C.Variant]) -> None:
     v = variants[0]
     text = J.user_message(v)
