@@ -104,6 +104,24 @@ def test_saved_gate_scores_like_the_estimator(trained: Trained) -> None:
     assert json.loads((trained.gate_dir / "config.json").read_text())["dataset"] == "synthetic"
 
 
+def test_gate_score_is_the_gates_own_scoring_of_the_same_memory(trained: Trained) -> None:
+    """``Gate.score`` on a memory passed as plain units and positions equals ``score_variants``
+    on the same variant, unit by unit; and the gate reads evidence: the complete test memories
+    with their evidence units removed score less safe, on average, than as they are."""
+    gate = Gate.load(trained.gate_dir)
+    test = [v for v in trained.variants if v.split == "test"]
+    own = gate.score_variants(test)
+    for v, expected in zip(test, own, strict=True):
+        got = gate.score(v.question, [{"title": u.title, "text": u.text} for u in v.units],
+                         [u.source_position for u in v.units], v.source_units)
+        assert got.unsafe_prob == pytest.approx(expected.unsafe_prob, abs=1e-6)
+        np.testing.assert_allclose(got.unit_evidence, expected.unit_evidence, atol=1e-6)
+    complete = [v for v in test if not v.unsafe]
+    whole = [gate.score(v.question, [u.text for u in v.units]).unsafe_prob for v in complete]
+    bare = [gate.score(v.question, [u.text for u in v.units if not u.is_evidence]).unsafe_prob for v in complete]
+    assert np.mean(bare) > np.mean(whole) + 0.05
+
+
 def test_gate_python_api(trained: Trained) -> None:
     gate = Gate.load(trained.gate_dir)
     out = gate.score("What do we know about the glacier ice melting?",
