@@ -95,6 +95,17 @@ def test_the_joint_encoder_reads_a_long_context_checkpoint_past_512_tokens(varia
     assert model._model.tokenize([long])["input_ids"].shape[1] > 512 and not model._model.truncated([long]).any()
 
 
+def test_the_concatenated_cross_encoder_learns_a_separable_fixture(variants: list[C.Variant]) -> None:
+    """Evidence units name the question's topic, distractors other topics: one epoch over the
+    training memories separates held-out complete from unsafe memories (a constant 0.5, or a
+    model that never trained, scores 0.5)."""
+    settings = K.ConcatConfig(max_length=64, epochs=1, batch_size=4, bf16=False)
+    train = [v for v in variants if v.split == "train"]
+    held_out = [v for v in variants if v.split != "train"]
+    scores = K.ConcatCrossEncoder(17, settings).fit(train).predict(held_out).unsafe_prob
+    assert roc_auc_score([v.unsafe for v in held_out], scores) > 0.8
+
+
 class ScriptedLM:
     """A language model whose next-token log-probabilities are given per prompt."""
 
