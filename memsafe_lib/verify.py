@@ -221,6 +221,10 @@ def recompute_metrics(directory: Path, sample: int = RECOMPUTE_SAMPLE) -> tuple[
     worst = (0.0, "")
     groups = raw.groupby(["model", "seed", "split"])
     for r in rows.itertuples():
+        if (r.model, r.seed, r.split) not in groups.groups:
+            missing = f"{r.model} seed {r.seed} {r.split}: in metrics.csv, not in the predictions"
+            worst = max(worst, (float("inf"), missing))
+            continue
         group = groups.get_group((r.model, r.seed, r.split))
         unsafe = group.unsafe.astype(str).str.lower() == "true"
         states = sorted(set(group.state))
