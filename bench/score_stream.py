@@ -4,7 +4,10 @@
     MEMSAFE_RECORD=1 .venv/bin/python bench/score_stream.py --scale smoke --counts 1000 10000
 
 Memories are real HotpotQA size-matched memories (question and units as plain JSON, no
-provenance: how an agent passes them), repeated in order to reach each count. The gate is
+provenance: how an agent passes them), taken in order and repeated to reach each count, each
+repeat's question suffixed with its index so that no two memories share a (question, unit)
+pair: the gate encodes each distinct pair once per call, so repeats would flatter the whole-
+file mode, which sees them all in one call. The gate is
 ``memsafe train`` at the given scale (trained here if ``--gate`` is not given). Each
 (mode, count) is its own ``memsafe score`` process under ``/usr/bin/time``: wall seconds and
 peak resident memory (max RSS) of that process, the CPU recorded. ``whole`` sets the chunk to
@@ -44,7 +47,8 @@ def cpu_name() -> str:
 def write_memories(path: Path, memories: list[dict], count: int) -> Path:
     with open(path, "w", encoding="utf-8") as fh:
         for i in range(count):
-            fh.write(json.dumps({**memories[i % len(memories)], "id": f"m{i}"}) + "\n")
+            memory = memories[i % len(memories)]
+            fh.write(json.dumps({**memory, "query": f"{memory['query']} [{i}]", "id": f"m{i}"}) + "\n")
     return path
 
 
