@@ -111,8 +111,9 @@ def test_every_memory_length_label_says_which_length() -> None:
     from memsafe_lib.reporting.reader import GATE_LABELS
     from memsafe_lib.reporting.transfer import SQUAD_LABELS
 
-    assert GATE_LABELS["text_length"] == "Memory-length control (text characters)"
-    assert G.GATE_MODELS["text_length"] == GATE_LABELS["text_length"]
+    # the paper's memory-length control is the paragraph count (issue 46, item 7); text length is its own row
+    assert GATE_LABELS["paragraph_count"] == G.GATE_MODELS["paragraph_count"] == "Memory-length control (paragraph count)"
+    assert GATE_LABELS["text_length"] == G.GATE_MODELS["text_length"] == "Text-length control (characters)"
     assert SQUAD_LABELS["paragraph_count"] == "Memory-length control (paragraph count)"
     assert SQUAD_LABELS["text_length"] == "Text-length control"
     crit = G.criteria(_frame(), target=0.10).set_index("criterion")
@@ -120,8 +121,8 @@ def test_every_memory_length_label_says_which_length() -> None:
              crit.loc["(ii)", "statement"], crit.loc["(ii)", "value"]]
     for text in texts:
         if "memory-length" in text.lower() or "memory length" in text.lower():
-            assert "(text characters)" in text or "(paragraph count)" in text, text
-    assert "(text characters)" in crit.loc["(ii)", "statement"]
+            assert "(paragraph count)" in text, text
+    assert "(paragraph count)" in crit.loc["(ii)", "statement"]
 
 
 def test_squad_table_names_the_paragraph_count_control() -> None:

@@ -54,7 +54,7 @@ PREVALENCES = (0.20, 0.40, 0.60)
 """Unsafe prevalences of the sweep (the native rate is added)."""
 
 GATE_MODELS = {"memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF",
-               "paragraph_count": "Memory-length control (paragraphs)",
+               "paragraph_count": "Memory-length control (paragraph count)",
                "text_length": "Text-length control (characters)"}
 """Evaluated models used as gates, read from the evaluation's test predictions."""
 LENGTH_CONTROL = "memory-length control (paragraph count)"

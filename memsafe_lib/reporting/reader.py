@@ -18,7 +18,8 @@ from memsafe_lib import config
 from memsafe_lib.evaluation.reader_gating import COVERAGES
 
 GATE_LABELS = {"answer_all": "Answer everything", "memsafe": "MemSafe", "lexset": "LexSet", "tfidf": "Flat TF-IDF",
-               "paragraph_count": "Memory-length control", "text_length": "Text-length control (characters)",
+               "paragraph_count": "Memory-length control (paragraph count)",
+               "text_length": "Text-length control (characters)",
                "llm_judge": "LLM judge (zero-shot)",
                "llm_judge_4shot": "LLM judge (four-shot)", "confidence": "Reader sequence confidence",
                "oracle": "Oracle integrity label",
