@@ -43,7 +43,6 @@ from memsafe_lib.gate import (
 from memsafe_lib.io import atomic_open, write_json, write_jsonl
 from memsafe_lib.ledger import read_ledger, record_run
 from memsafe_lib.notebooks import available, run_notebook, up_to_date
-from memsafe_lib.progress import quiet_model_loading
 from memsafe_lib.reporting.paper_report import update_documents
 from memsafe_lib.retire import retire, run_prefix, stale_results
 from memsafe_lib.threads import configure_threads
@@ -445,7 +444,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         configure_threads()  # before any model library starts its pools (MEMSAFE_THREADS)
-        quiet_model_loading()
         if getattr(args, "record", False):
             os.environ[config.RECORD_ENV] = "1"  # notebook kernels inherit it
         return int(args.func(args))

@@ -39,13 +39,3 @@ def step(what: str) -> Iterator[None]:
     yield
     log(f"{what}: done in {elapsed(time.monotonic() - start)}")
 
-
-def quiet_model_loading() -> None:
-    """No "Loading weights" progress bar per model load (a gate loads six models in about a
-    second): Hugging Face's bars off for this process. The CLI calls it; progress lines of our
-    own steps (:func:`step`) stay."""
-    import huggingface_hub.utils  # lazy: only a command that may load weights needs it
-
-    huggingface_hub.utils.disable_progress_bars()
-    if "transformers.utils.logging" in sys.modules:  # imported before: it read the switch already
-        sys.modules["transformers.utils.logging"].disable_progress_bar()
