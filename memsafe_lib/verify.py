@@ -212,8 +212,9 @@ def recompute_metrics(directory: Path, sample: int = RECOMPUTE_SAMPLE) -> tuple[
     """Recompute unsafe AUROC and macro F1 (scikit-learn) for ``sample`` (model, seed, split) rows
     of ``directory``'s metrics from its predictions. Returns ((largest absolute difference, where),
     whether the scores are stored beyond ten significant digits)."""
-    raw = read_csv(directory / "predictions.csv.gz")
-    text = pd.read_csv(directory / "predictions.csv.gz", usecols=["unsafe_prob"], dtype=str).unsafe_prob.dropna()
+    raw = pd.read_csv(directory / "predictions.csv.gz", dtype={"unsafe_prob": str})  # one read: digits, then floats
+    text = raw.unsafe_prob.dropna()
+    raw["unsafe_prob"] = raw.unsafe_prob.astype(float)
     metrics = read_csv(directory / "metrics.csv")
     rows = metrics.dropna(subset=["unsafe_auroc"])
     if len(rows):

@@ -46,20 +46,22 @@ MODELS: dict[str, Callable[[int], Estimator]] = {
     "question_only": lambda seed: QuestionOnly(),
 }
 
+def _joint(seed: int, ctx: NeuralContext, name: str, encoder: str, window: int) -> ConcatCrossEncoder:
+    """A joint encoder over (question, whole memory): the concatenated cross-encoder or the 8k one."""
+    cache = ctx.cache_dir / ("concat" if name == "concat_ce" else "joint")
+    return ConcatCrossEncoder(seed, ConcatConfig(max_length=window, max_train=ctx.budget.concat_max_train),
+                              encoder_model=encoder, device=ctx.device, cache_dir=cache, name=name)
+
+
 NEURAL_MODELS: dict[str, Callable[[int, NeuralContext], Estimator]] = {
     "memsafe": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(), device=ctx.device),
     "mean_pool": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(attention=False),
                                            name="mean_pool", device=ctx.device),
     "relevance_agg": lambda seed, ctx: RelevanceAggregation(ctx.encodings(seed)),
-    "concat_ce": lambda seed, ctx: ConcatCrossEncoder(
-        seed, ConcatConfig(max_length=ctx.budget.concat_max_length, max_train=ctx.budget.concat_max_train),
-        encoder_model=ctx.budget.encoder, device=ctx.device, cache_dir=ctx.cache_dir / "concat"),
+    "concat_ce": lambda seed, ctx: _joint(seed, ctx, "concat_ce", ctx.budget.encoder, ctx.budget.concat_max_length),
     # The paper's 8k joint encoder: the concatenated cross-encoder's serialisation, objective and
     # training on a long-context sequence-classification checkpoint (budget.joint_encoder).
-    "joint_8k": lambda seed, ctx: ConcatCrossEncoder(
-        seed, ConcatConfig(max_length=ctx.budget.joint_max_length, max_train=ctx.budget.concat_max_train),
-        encoder_model=ctx.budget.joint_encoder, device=ctx.device, cache_dir=ctx.cache_dir / "joint",
-        name="joint_8k"),
+    "joint_8k": lambda seed, ctx: _joint(seed, ctx, "joint_8k", ctx.budget.joint_encoder, ctx.budget.joint_max_length),
     # Ablations (Table "ablation", figures "attribution" and "interaction"): one part removed each.
     "memsafe_frozen": lambda seed, ctx: MemSafe(ctx.encodings(seed, frozen=True), seed, ctx.set_config(),
                                                 name="memsafe_frozen", device=ctx.device),
