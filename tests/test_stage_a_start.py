@@ -15,6 +15,7 @@ from transformers import AutoTokenizer, BertConfig, BertForSequenceClassificatio
 from memsafe_lib.config import FIT_WORKERS_ENV, PACKAGED_ENCODER, SCALES
 from memsafe_lib.encodings import encoders as E
 from memsafe_lib.encodings import stagea
+from memsafe_lib.encodings.biencoder import BiEncoderScorer
 from memsafe_lib.encodings.finetune import FinetuneConfig
 from memsafe_lib.encodings.stagea import StageAConfig, run_stage_a, with_ranker_logits
 from memsafe_lib.variants import construction as C
@@ -237,3 +238,16 @@ def test_cpu_runs_no_qa_learning_curve_but_smoke_and_paper_do() -> None:
     assert config.SCALES["cpu"].notebook_parameters[config.NB03_ABLATIONS]["curve_datasets"] == []
     assert config.SCALES["paper"].notebook_parameters[config.NB03_ABLATIONS]["curve_datasets"] == ["musique", "hotpotqa"]
     assert config.NB03_ABLATIONS not in config.SCALES["smoke"].notebook_parameters  # the notebook's own: one curve point
+
+
+def test_a_checkpoint_saved_in_half_precision_loads_and_trains_in_fp32(tmp_path: Path) -> None:
+    """Checkpoints are often shipped in fp16 (half the download). transformers then takes the
+    dtype from the saved config, and a CPU encoder in fp16 stops with "mixed dtype (CPU)";
+    Stage A must hold its weights in fp32 (bf16 is autocast, never storage) wherever they come from."""
+    path = _tiny(tmp_path, head=False)
+    BertModel.from_pretrained(path).half().save_pretrained(path)
+    config = E.EncoderConfig(model=str(path), bf16=False)
+    for model in (E.CrossEncoder(config), E.BiEncoder(config).model, BiEncoderScorer(config)):
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+    reps, logits = E.encode_pairs(E.CrossEncoder(E.EncoderConfig(model=str(path), bf16=False)), PAIRS, progress=False)
+    assert reps.dtype == np.float32 and np.isfinite(logits).all()

@@ -80,7 +80,7 @@ class BiEncoderScorer(FoldEncoderBase):
         self.config = config
         path = resolve_model(config.model)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.backbone = AutoModel.from_pretrained(path)
+        self.backbone = AutoModel.from_pretrained(path).float()  # fp32 storage, as CrossEncoder
         self.head = CosineHead()  # no random part: ``seed`` only keeps the CrossEncoder signature
         self.to(config.device)
 

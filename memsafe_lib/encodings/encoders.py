@@ -203,9 +203,10 @@ class CrossEncoder(FoldEncoderBase):
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.head: nn.Linear | None = None
         if self.pretrained_head:
-            self.backbone = AutoModelForSequenceClassification.from_pretrained(path)
+            # .float(): fp32 storage even from a checkpoint saved in fp16 (bf16 is autocast only)
+            self.backbone = AutoModelForSequenceClassification.from_pretrained(path).float()
         else:
-            self.backbone = AutoModel.from_pretrained(path)
+            self.backbone = AutoModel.from_pretrained(path).float()
             generator = torch.Generator().manual_seed(seed)
             self.head = nn.Linear(self.backbone.config.hidden_size, 1)
             with torch.no_grad():  # seeded, so the "new head" is the same head for the same seed
@@ -368,7 +369,7 @@ class BiEncoder:
         path = resolve_model(config.model)
         self.config = config
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).to(config.device).eval()
+        self.model = AutoModel.from_pretrained(path).float().to(config.device).eval()
         self.disk = cache
         self._fingerprint = "bi|" + weights_fingerprint(self.model, str(config.max_length))
         self._cache: dict[str, np.ndarray] = {}
