@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 from report import save_report  # bench/report.py (scripts run from bench/)
 
+from memsafe_lib.cli import SCORE_CHUNK
 from memsafe_lib.config import scale_config
 from memsafe_lib.gate import train_gate
 from memsafe_lib.threads import configure_threads
@@ -58,7 +59,7 @@ def main() -> None:
     parser.add_argument("--dataset", default="hotpotqa")
     parser.add_argument("--counts", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--whole-counts", type=int, nargs="*", default=[1000])
-    parser.add_argument("--chunk", type=int, default=64, help="memories per chunk of the streamed mode")
+    parser.add_argument("--chunk", type=int, default=SCORE_CHUNK, help="memories per chunk of the streamed mode")
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--gate", default=None, help="a saved gate directory (default: train one)")
     args = parser.parse_args()

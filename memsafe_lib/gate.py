@@ -35,7 +35,6 @@ from memsafe_lib.encodings.encoders import (
     Pair,
     PretrainedRanker,
     make_ranker,
-    quiet_transformers,
     unit_string,
 )
 from memsafe_lib.encodings.finetune import encode_with_folds
@@ -164,12 +163,11 @@ class Gate:
         enc_cfg = EncoderConfig(**{**config["encoder"], "device": device,
                                    **({"model": encoder_model} if encoder_model else {})})
         encoders = []
-        with quiet_transformers():  # three "Loading weights" bars per load say nothing to a user
-            for k in (0, 1):
-                enc = fold_encoder(enc_cfg, int(config["seed"]))
-                enc.load_state_dict(load_file(root / f"encoder_fold{k}.safetensors"))
-                encoders.append(enc.eval())
-            bi = make_ranker(enc_cfg)
+        for k in (0, 1):  # the encoders load quietly (no "Loading weights" bar per load)
+            enc = fold_encoder(enc_cfg, int(config["seed"]))
+            enc.load_state_dict(load_file(root / f"encoder_fold{k}.safetensors"))
+            encoders.append(enc.eval())
+        bi = make_ranker(enc_cfg)
         tensors = load_file(root / "set_model.safetensors")
         scales = {name: Standardizer(tensors[f"scale.{name}.mean"].numpy(), tensors[f"scale.{name}.std"].numpy())
                   for name in ("unit", "provenance")}

@@ -21,9 +21,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from typing import Any, TypeVar
 
-from tqdm.auto import tqdm
-
 from memsafe_lib import config
+from memsafe_lib.progress import progress_bar
 from memsafe_lib.threads import configure_threads
 
 T = TypeVar("T")
@@ -50,7 +49,7 @@ def side_by_side(task: Callable[[Any, T], R], items: Sequence[T], shared: Any, *
     workers = min(workers or config.fit_workers(), len(items))
     results: dict[int, R] = {}
     if workers <= 1:
-        for i, item in enumerate(tqdm(items, desc=label, leave=False)):
+        for i, item in enumerate(progress_bar(items, desc=label, leave=False)):
             results[i] = task(shared, item)
             if on_result:
                 on_result(item, results[i])
@@ -59,7 +58,7 @@ def side_by_side(task: Callable[[Any, T], R], items: Sequence[T], shared: Any, *
                              initargs=(shared,)) as pool:
         futures = {pool.submit(_run, task, item): i for i, item in enumerate(items)}
         pending = set(futures)
-        with tqdm(total=len(items), desc=f"{label} ({workers} processes)", leave=False) as bar:
+        with progress_bar(total=len(items), desc=f"{label} ({workers} processes)", leave=False) as bar:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:

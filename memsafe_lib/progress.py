@@ -12,8 +12,18 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
+
+from tqdm.auto import tqdm
 
 _START = time.monotonic()
+BAR_DELAY_S = 1.0  # a bar for work shorter than this is never drawn
+
+
+def progress_bar(iterable: Any = None, **kwargs: Any) -> tqdm:
+    """tqdm that draws only once the work has lasted ``BAR_DELAY_S``: an agent scoring a few
+    memories gets one line per step, not a bar per 16 pairs."""
+    return tqdm(iterable, delay=BAR_DELAY_S, **kwargs)
 
 
 def elapsed(seconds: float) -> str:

@@ -148,3 +148,12 @@ def test_encode_variants_shapes_and_bridge_pairs(fp32: E.CrossEncoder, bi: E.BiE
     # Variants share (q, u) pairs: fewer pairs are encoded than requested.
     assert stats.encoded < stats.requested
 
+
+
+def test_loading_an_encoder_prints_no_weight_loading_bar(capfd: pytest.CaptureFixture[str]) -> None:
+    """`memsafe train` loads the encoder six times (two folds, the ranker, the frozen rung):
+    transformers' "Loading weights" bar said nothing each time."""
+    capfd.readouterr()
+    E.CrossEncoder(E.EncoderConfig(bf16=False))
+    E.BiEncoder()
+    assert "Loading weights" not in capfd.readouterr().err

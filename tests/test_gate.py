@@ -375,3 +375,13 @@ def test_an_abstain_on_all_budget_says_how_many_memories_it_would_need() -> None
 def test_memories_far_larger_than_the_training_ones_are_flagged() -> None:
     assert oversized([3, 12, 80], {"train_memory_units": {"max": 20}}) == [2]
     assert oversized([3, 12, 80], {}) == []  # a gate trained before sizes were recorded
+
+
+def test_work_under_a_second_draws_no_progress_bar(trained: Trained, capfd: pytest.CaptureFixture[str]) -> None:
+    """An agent scoring a few memories reads one line per step: bars appear only for work that
+    lasts over a second (tqdm's ``delay``), here asked for explicitly with ``progress=True``."""
+    gate = Gate.load(trained.gate_dir)
+    capfd.readouterr()
+    gate.score_many([{"query": "Who built the bridge?", "units": ["Anna built the bridge.", "Cats sleep."]}],
+                    progress=True)
+    assert "it/s" not in capfd.readouterr().err

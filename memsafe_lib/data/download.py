@@ -62,12 +62,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from memsafe_lib.config import data_dir
 from memsafe_lib.data.readers import iter_jsonl, read_json, read_json_array
 from memsafe_lib.errors import DataFormatError
 from memsafe_lib.io import sha256_file
+from memsafe_lib.progress import progress_bar
 
 DEFAULT_SOURCES = Path(__file__).with_name("sources.json")
 BASE_URL_ENV = "MEMSAFE_DATA_BASE_URL"
@@ -328,7 +327,7 @@ class _NoBar:
 
 def _progress_bar(total: int | None, desc: str, enabled: bool) -> Any:
     if enabled:
-        return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False)
+        return progress_bar(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False)
     return _NoBar()
 
 

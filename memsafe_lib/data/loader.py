@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from memsafe_lib import config
 from memsafe_lib.data import formats
 from memsafe_lib.data.fields import Where
 from memsafe_lib.data.records import BaseQuery, Exclusion, LoadResult, Provenance, RawFile
 from memsafe_lib.errors import DataFormatError
 from memsafe_lib.io import canonical_json, sha256_file
+from memsafe_lib.progress import progress_bar
 
 SIDE_CAR_SUFFIXES = (".sources.json", ".notes.json")
 SCALE_CAP = "not sampled at this scale (per-dataset cap)"
@@ -117,7 +116,7 @@ def load_dataset(
     exclusions: list[Exclusion] = []
     warnings: list[str] = []
     seen: dict[str, tuple[str, str, int]] = {}  # dedupe key -> (content hash, file, index)
-    for path in tqdm(files, desc=f"load {name}", disable=not progress, leave=False):
+    for path in progress_bar(files, desc=f"load {name}", disable=not progress, leave=False):
         rel = str(path.relative_to(data_dir))
         digest = sha256_file(path)
         count = 0

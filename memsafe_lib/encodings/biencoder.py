@@ -25,7 +25,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from memsafe_lib.config import DEFAULT_SEED
 from memsafe_lib.encodings.encoders import (
@@ -35,9 +34,11 @@ from memsafe_lib.encodings.encoders import (
     FoldEncoderBase,
     Pair,
     _digest,
+    quiet_transformers,
     resolve_model,
     weights_fingerprint,
 )
+from memsafe_lib.progress import progress_bar
 
 FEATURES: tuple[str, ...] = ("product", "unit_product")
 """What Stage B reads of a bi-encoder pair (see the module docstring)."""
@@ -80,7 +81,8 @@ class BiEncoderScorer(FoldEncoderBase):
         self.config = config
         path = resolve_model(config.model)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.backbone = AutoModel.from_pretrained(path).float()  # fp32 storage, as CrossEncoder
+        with quiet_transformers():
+            self.backbone = AutoModel.from_pretrained(path).float()  # fp32 storage, as CrossEncoder
         self.head = CosineHead()  # no random part: ``seed`` only keeps the CrossEncoder signature
         self.to(config.device)
 
@@ -164,7 +166,7 @@ class BiEncoderScorer(FoldEncoderBase):
         order = np.argsort(lengths, kind="stable")
         self.eval()
         start = time.perf_counter()
-        bar = tqdm(total=len(todo), desc="bi-encoder texts", disable=not progress, leave=False)
+        bar = progress_bar(total=len(todo), desc="bi-encoder texts", disable=not progress, leave=False)
         for i in range(0, len(order), self.config.batch_size):
             chunk = [todo[j] for j in order[i:i + self.config.batch_size]]
             batch = self._tokens(chunk)

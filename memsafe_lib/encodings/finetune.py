@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from memsafe_lib.config import DEFAULT_SEED, FINETUNE_THREADS
 from memsafe_lib.data.loader import hash_rank
@@ -37,6 +36,7 @@ from memsafe_lib.encodings.encoders import (
 )
 from memsafe_lib.io import atomic_open
 from memsafe_lib.precision import use_bf16
+from memsafe_lib.progress import progress_bar
 from memsafe_lib.threads import torch_threads_held
 from memsafe_lib.variants.construction import train_fold
 
@@ -184,7 +184,7 @@ def _tune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config
     y_all = torch.from_numpy(labels)
     model.train()
     device = model.config.device.split(":")[0]
-    for step in tqdm(range(start, total), initial=start, total=total, desc="fine-tune", disable=not progress,
+    for step in progress_bar(range(start, total), initial=start, total=total, desc="fine-tune", disable=not progress,
                      leave=False):
         idx = batches[step]
         batch = model.tokenize([pairs[i] for i in idx])

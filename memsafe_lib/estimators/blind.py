@@ -36,7 +36,7 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER
-from memsafe_lib.encodings.encoders import BiEncoder, EncoderConfig, quiet_transformers
+from memsafe_lib.encodings.encoders import BiEncoder, EncoderConfig
 from memsafe_lib.estimators.baselines import C_GRID, _LinearTextBaseline, _tfidf
 from memsafe_lib.estimators.controls import Predictions, provenance_stats
 from memsafe_lib.estimators.setmodel import SetModelConfig, predict_sets, train_set_model
@@ -206,8 +206,7 @@ class _UnitEmbedder:
     distinct text once per process."""
 
     def __init__(self, model: str, max_length: int) -> None:
-        with quiet_transformers():
-            self.encoder = BiEncoder(EncoderConfig(model=model, max_length=max_length))
+        self.encoder = BiEncoder(EncoderConfig(model=model, max_length=max_length))
 
     def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16(True, "cpu")):

