@@ -1,7 +1,7 @@
 """``memsafe score`` on many memories: memories per second and peak memory, streamed in chunks
 (today's command) against the whole file in one piece (how it scored before), in one run.
 
-    MEMSAFE_RECORD=1 .venv/bin/python bench/score_stream.py --scale smoke --counts 1000 10000
+    MEMSAFE_RECORD=1 .venv/bin/python bench/score_stream.py --gate-scale smoke --counts 1000 10000
 
 Memories are real HotpotQA size-matched memories (question and units as plain JSON, no
 provenance: how an agent passes them), taken in order and repeated to reach each count, each
@@ -55,7 +55,8 @@ def write_memories(path: Path, memories: list[dict], count: int) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="smoke")
+    parser.add_argument("--scale", default="cpu", help="where the report is recorded")
+    parser.add_argument("--gate-scale", default="smoke", help="the scale of the memories and of the gate trained")
     parser.add_argument("--dataset", default="hotpotqa")
     parser.add_argument("--counts", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--whole-counts", type=int, nargs="*", default=[1000])
@@ -64,7 +65,7 @@ def main() -> None:
     parser.add_argument("--gate", default=None, help="a saved gate directory (default: train one)")
     args = parser.parse_args()
     configure_threads()
-    scale = scale_config(args.scale)
+    scale = scale_config(args.gate_scale)
     loaded, result = build(args.dataset, "size-matched", scale)
     memories = [{"query": v.question, "units": [{"title": u.title, "text": u.text} for u in v.units]}
                 for v in result.variants]
