@@ -251,3 +251,25 @@ def test_a_checkpoint_saved_in_half_precision_loads_and_trains_in_fp32(tmp_path:
         assert {p.dtype for p in model.parameters()} == {torch.float32}
     reps, logits = E.encode_pairs(E.CrossEncoder(E.EncoderConfig(model=str(path), bf16=False)), PAIRS, progress=False)
     assert reps.dtype == np.float32 and np.isfinite(logits).all()
+
+
+def test_transfer_targets_are_encoded_once_for_every_source_sharing_the_encoders(bare_path: Path, tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pooled Stage A serves the three QA sources with one fold-encoder pair, and notebook 04
+    encodes SQuAD 2.0 through each source's context: the pairs are keyed by weights and content
+    beside the shared encoders, so the second source (and a resumed run) reads them back."""
+    variants = C.build_size_matched([make_query(f"s{i}", 2, 3) for i in range(8)]).variants
+    pool = [replace(v, variant_id="pool:" + v.variant_id, dataset="other") for v in variants if v.split == "train"]
+    config = StageAConfig(E.EncoderConfig(model=str(bare_path), max_length=48, bf16=False, batch_size=8),
+                          FinetuneConfig(max_pairs=16, batch_size=4, lr=1e-3))
+    shared = tmp_path / "encoders"
+    first = run_stage_a(variants, config, 17, tmp_path / "a", progress=False, pool_train=pool, encoder_dir=shared)
+    second = run_stage_a(variants, config, 17, tmp_path / "b", progress=False, pool_train=pool, encoder_dir=shared)
+    targets = [replace(v, split="test") for v in C.build_size_matched([make_query(f"t{i}", 2, 3)
+                                                                       for i in range(3)]).variants]
+    encoded = first.encode(targets, progress=False)
+    monkeypatch.setattr(E, "_buckets", lambda *a, **k: pytest.fail("a target pair was encoded twice"))
+    again = second.encode(targets, progress=False)
+    for a, b in zip(encoded, again, strict=True):
+        np.testing.assert_array_equal(a.plain, b.plain)
+        np.testing.assert_array_equal(a.bridge_logit, b.bridge_logit)

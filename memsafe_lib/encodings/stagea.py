@@ -101,6 +101,10 @@ class StageAResult:
     start is never read as if it had a trained relevance head)."""
     pair_encodings: bool = True
     """False for a relevance-only frozen Stage A: ``plain`` and ``bridge`` are empty."""
+    target_cache: EncodingCache | None = None
+    """Where :meth:`encode` keeps target pairs, keyed by encoder weights and pair content:
+    beside the (possibly shared) fold encoders, so every source that shares them, and a
+    resumed run, reads a target pair encoded once."""
 
     def encode(self, variants: Sequence[Variant], progress: bool = True,
                max_length: int | None = None) -> list[VariantEncoding]:
@@ -114,7 +118,9 @@ class StageAResult:
         encoders = self.encoders
         if max_length is not None:
             encoders = (encoders[0].at_window(max_length), encoders[1].at_window(max_length))
-        encoded = encode_with_folds(encoders, variants, bi, progress=progress)
+        encoded = encode_with_folds(encoders, variants, bi, self.target_cache, progress=progress)
+        if self.target_cache is not None:
+            self.target_cache.close()  # reopened on the next use (EncodingCache)
         if self.relevance != FINE_TUNED_RELEVANCE and not self.encoders[0].pretrained_head:
             encoded = with_ranker_logits(encoded, variants, bi, progress)
         return encoded
@@ -253,7 +259,8 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     ranker_cache.close()
     relevance = bi.description if config.frozen else FINE_TUNED_RELEVANCE
     result = StageAResult({e.variant_id: e for e in encoded}, pair, bi, stats, (sizes[0], sizes[1]), timings,
-                          relevance, pair_encodings=not relevance_only)
+                          relevance, pair_encodings=not relevance_only,
+                          target_cache=EncodingCache(encoder_dir / "targets.sqlite"))
     with atomic_open(cache_dir / f"stage_a-{seed}.json", "w") as fh:
         json.dump({"config": asdict(config), "seed": seed, **result.summary()}, fh, indent=2, default=str)
     return result

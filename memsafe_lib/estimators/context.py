@@ -60,7 +60,8 @@ class NeuralContext:
         """The same context holding only the Stage A encodings (all that set models read):
         light enough to hand to worker processes; fold encoders and ranker stay here."""
         def strip(table: dict[int, StageAResult]) -> dict[int, StageAResult]:
-            return {s: replace(r, encoders=(), bi=None) for s, r in table.items()}  # type: ignore[arg-type]
+            return {s: replace(r, encoders=(), bi=None, target_cache=None)  # type: ignore[arg-type]
+                    for s, r in table.items()}
 
         return replace(self, stage_a=strip(self.stage_a), frozen=strip(self.frozen))
 
