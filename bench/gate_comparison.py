@@ -26,6 +26,7 @@ from report import save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.config import FAMILY_A_DATASETS, ScaleConfig, scale_config
+from memsafe_lib.encodings.encoders import EncodingCache
 from memsafe_lib.estimators.controls import without_provenance
 from memsafe_lib.gate import Gate, read_memories, train_gate
 from memsafe_lib.measures.metrics import unsafe_auroc
@@ -59,10 +60,11 @@ def _plain(value: object) -> object:
     return value
 
 
-def bare_auroc(gate: Gate, variants: list[Variant]) -> tuple[float, float]:
-    """AUROC on the memories without provenance, and the share of units read only in part."""
+def bare_auroc(gate: Gate, variants: list[Variant], cache: EncodingCache) -> tuple[float, float]:
+    """AUROC on the memories without provenance, and the share of units read only in part.
+    ``cache``: gates sharing fold encoders (pooled Stage A) encode each pair once."""
     bare = [without_provenance(v) for v in variants]
-    out = gate.score_variants(bare, progress=True)
+    out = gate.score_variants(bare, progress=True, cache=cache)
     units = sum(len(v.units) for v in bare)
     cut = sum(o.truncated_units for o in out) / max(units, 1)
     return unsafe_auroc([v.unsafe for v in bare], [o.unsafe_prob for o in out]), cut
@@ -81,6 +83,7 @@ def main() -> None:
     squad_load, squad = build("squad2", None, scale)
     examples = read_memories(EXAMPLES)
     rows, files = [], list(squad_load.files)
+    cache = EncodingCache(scale.cache_dir(config.BENCH, "gate_comparison") / "pairs.sqlite")
     for d in FAMILY_A_DATASETS:
         files += build(d, "size-matched", scale)[0].files
     for datasets in GATE_SETS:
@@ -90,8 +93,8 @@ def main() -> None:
                                   "window_tokens": gate.encoders[0].config.max_length,
                                   "scorer": gate.encoders[0].config.scorer}
         for d, variants in tests.items():
-            row[f"test_auroc_{d}"], _ = bare_auroc(gate, variants)
-        row["squad2_dev_auroc"], row["squad2_units_cut"] = bare_auroc(gate, squad.variants)
+            row[f"test_auroc_{d}"], _ = bare_auroc(gate, variants, cache)
+        row["squad2_dev_auroc"], row["squad2_units_cut"] = bare_auroc(gate, squad.variants, cache)
         for memory, out in zip(examples, gate.score_many(examples), strict=True):
             row[f"example_{memory['id']}"] = out.unsafe_prob
         row["size_mb"] = round(sum(f.stat().st_size for f in path.iterdir()) / 2**20, 1)

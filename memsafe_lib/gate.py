@@ -32,6 +32,7 @@ from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import (
     EncoderConfig,
+    EncodingCache,
     Pair,
     PretrainedRanker,
     make_ranker,
@@ -181,10 +182,13 @@ class Gate:
 
     # -- scoring
 
-    def score_variants(self, variants: Sequence[Variant], progress: bool = False) -> list[GateOutput]:
+    def score_variants(self, variants: Sequence[Variant], progress: bool = False,
+                       cache: EncodingCache | None = None) -> list[GateOutput]:
+        """``cache``: pair encodings keyed by encoder weights and content, for callers that
+        score the same memories with several gates sharing fold encoders (a benchmark)."""
         # Every memory a gate sees is a test memory: the average of both fold encoders.
         as_test = [replace(v, split="test") for v in variants]
-        enc = encode_with_folds(self.encoders, as_test, self.bi, progress=progress)
+        enc = encode_with_folds(self.encoders, as_test, self.bi, cache, progress=progress)
         units, prov = self.tokens(variants, enc)
         out = predict_sets(self.model, units, prov)
         window = self.encoders[0].config.max_length
@@ -203,10 +207,11 @@ class Gate:
             raise ValueError("a memory needs at least one unit")
         return self.score_variants([memory_variant(query, units, source_positions, source_units)])[0]
 
-    def score_many(self, memories: Sequence[Mapping[str, Any]], progress: bool = False) -> list[GateOutput]:
+    def score_many(self, memories: Sequence[Mapping[str, Any]], progress: bool = False,
+                   cache: EncodingCache | None = None) -> list[GateOutput]:
         variants = [memory_variant(m["query"], m["units"], m.get("source_positions"), m.get("source_units"),
                                    str(m.get("id", i))) for i, m in enumerate(memories)]
-        return self.score_variants(variants, progress)
+        return self.score_variants(variants, progress, cache)
 
     # -- deciding at a risk budget
 

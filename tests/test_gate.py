@@ -385,3 +385,17 @@ def test_work_under_a_second_draws_no_progress_bar(trained: Trained, capfd: pyte
     gate.score_many([{"query": "Who built the bridge?", "units": ["Anna built the bridge.", "Cats sleep."]}],
                     progress=True)
     assert "it/s" not in capfd.readouterr().err
+
+
+def test_gates_sharing_encoder_weights_encode_a_pair_once_with_a_cache(trained: Trained, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gates trained on pooled Stage A share their fold encoders; scored with one cache (keyed
+    by weights and pair content, as Stage A's), the second gate reads every pair back."""
+    from memsafe_lib.encodings import encoders as E
+
+    memories = [v for v in trained.variants if v.split == "test"][:6]
+    cache = E.EncodingCache(tmp_path / "pairs.sqlite")
+    first = Gate.load(trained.gate_dir).score_variants(memories, cache=cache)
+    monkeypatch.setattr(E, "_buckets", lambda *a, **k: pytest.fail("a pair was encoded twice"))
+    second = Gate.load(trained.gate_dir).score_variants(memories, cache=cache)
+    assert [o.unsafe_prob for o in first] == [o.unsafe_prob for o in second]
