@@ -209,6 +209,8 @@ SCORE_CHUNK = 16
 The encoders' working set grows with the chunk (peak RSS with the smoke gate on 256 HotpotQA
 memories, 2-core Xeon: 1.06 GB at 8, 1.16 at 16, 1.37 at 32, 1.71 at 64) while throughput is
 flat beyond 16 (within 7% of 64): bench/score_stream.py."""
+SCORE_PROGRESS_S = 10.0
+"""At most one progress line per this many seconds (and one at the end)."""
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -231,7 +233,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                 print(f"memsafe: {abstain_reason(control)}", file=sys.stderr)
     big: list[str] = []
     units = cut_units = cut_memories = window = done = 0
-    start = time.perf_counter()
+    start = last = time.perf_counter()
     with (atomic_open(Path(args.out), "w") if args.out else nullcontext(sys.stdout)) as fh:
         for chunk in batched(iter_memories(args.input), SCORE_CHUNK):
             outputs = gate.score_many(chunk)
@@ -248,8 +250,10 @@ def cmd_score(args: argparse.Namespace) -> int:
             fh.flush()
             big += [str(chunk[i].get("id", done + i)) for i in oversized([len(m["units"]) for m in chunk], gate.config)]
             done += len(chunk)
-            if scan.memories > SCORE_CHUNK:  # one line per chunk, only where there is more than one
-                rate = done / max(time.perf_counter() - start, 1e-9)
+            now = time.perf_counter()
+            if scan.memories > SCORE_CHUNK and (now - last >= SCORE_PROGRESS_S or done == scan.memories):
+                last = now  # more than one chunk: a line every SCORE_PROGRESS_S seconds and at the end
+                rate = done / max(now - start, 1e-9)
                 print(f"memsafe: scored {done:,} of {scan.memories:,} memories ({rate:.1f} a second)", file=sys.stderr)
     if big:
         print(f"memsafe: warning: {len(big)} of {scan.memories} memories hold more than {OVERSIZE_FACTOR}x the units "

@@ -399,3 +399,19 @@ def test_gates_sharing_encoder_weights_encode_a_pair_once_with_a_cache(trained: 
     monkeypatch.setattr(E, "_buckets", lambda *a, **k: pytest.fail("a pair was encoded twice"))
     second = Gate.load(trained.gate_dir).score_variants(memories, cache=cache)
     assert [o.unsafe_prob for o in first] == [o.unsafe_prob for o in second]
+
+
+@pytest.mark.parametrize(("every_s", "lines"), [(0.0, 3), (3600.0, 1)])
+def test_cli_score_reports_progress_at_most_every_few_seconds(trained: Trained, tmp_path: Path, every_s: float,
+                                                              lines: int, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line per chunk of 16 is a line every few seconds on 10,000 memories: progress lines
+    come at most every ``SCORE_PROGRESS_S`` seconds, and always once at the end."""
+    src = tmp_path / "memories.jsonl"
+    src.write_text("".join(json.dumps({"query": f"Comet {i}?", "units": ["Comets orbit."]}) + "\n" for i in range(5)))
+    monkeypatch.setattr(cli, "SCORE_CHUNK", 2)
+    monkeypatch.setattr(cli, "SCORE_PROGRESS_S", every_s)
+    capsys.readouterr()
+    assert main(["score", "--gate", str(trained.gate_dir), "--input", str(src)]) == 0
+    progress = [line for line in capsys.readouterr().err.splitlines() if "memsafe: scored" in line]
+    assert len(progress) == lines and progress[-1].startswith("memsafe: scored 5 of 5")
