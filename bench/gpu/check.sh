@@ -15,7 +15,7 @@
 # absent by bench/gpu/sim/sitecustomize.py:
 #   GPU_CHECK_DEVICE=cpu PYTHON=.venv/bin/python GPU_CHECK_PYTHONPATH=$PWD/bench/gpu/sim \
 #     PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 MEMSAFE_THREADS=1 MEMSAFE_FIT_WORKERS=1 GPU_CHECK_BUDGET_S=1500 \
-#     OUT=/tmp/gc bash bench/gpu/check.sh
+#     OUT=$(mktemp -d) bash bench/gpu/check.sh
 # (GPU_CHECK_DEVICE=cpu:0 runs the two-device path: a "device" gate, then the cpu one.)
 #
 # Writes into $OUT: log.txt (everything), gpu_check.json (metrics, scores, wall times, versions),

@@ -7,7 +7,7 @@ salted-hash order, MuSiQue twins together). The cap keeps the same ids from the 
 are the first 60 of the slice too), so construction from the slice equals construction from
 the full folder; this script checks that, variant by variant.
 
-    MEMSAFE_DATA_DIR=/work/shared/data .venv/bin/python bench/gpu/make_data_slice.py [.gpu/data]
+    MEMSAFE_DATA_DIR=../shared/data .venv/bin/python bench/gpu/make_data_slice.py [.gpu/data]
 """
 
 import gzip
