@@ -20,6 +20,7 @@ from memsafe_lib.estimators.setmodel import (
     predict_sets,
     train_set_model,
 )
+from memsafe_lib.maskdropout import MaskDropout
 from memsafe_lib.variants import construction as C
 
 from .synthetic import make_query
@@ -262,3 +263,15 @@ def test_patience_stops_after_a_plateau_and_runs_a_prefix_of_the_full_fit() -> N
     assert early.epochs == full.epochs[:stop]
     assert SetModelConfig.for_budget(SCALES["cpu"].neural).patience == 10  # bench/stage_b_patience.py: the budget point
     assert SetModelConfig.for_budget(SCALES["paper"].neural).patience is None  # the paper's scale runs every epoch
+
+
+def test_set_model_draws_its_dropout_masks_with_mask_dropout() -> None:
+    """torch's CPU dropout draws one Bernoulli per element (a quarter of a Stage B step in a
+    profile); every dropout of the set model, the transformer layers' included, is MaskDropout
+    (attention weights' dropout stays inside scaled_dot_product_attention)."""
+    for attention in (True, False):
+        model = SetModel(6, 3, SetModelConfig(width=16, heads=2, dropout=0.1, attention=attention))
+        drops = [m for m in model.modules() if isinstance(m, torch.nn.Dropout | MaskDropout)]
+        assert drops and all(isinstance(m, MaskDropout) and m.p == 0.1 for m in drops)
+    legacy = SetModel(6, 3, SetModelConfig(width=16, heads=2, dropout=0.1, mask_dropout=False))
+    assert not any(isinstance(m, MaskDropout) for m in legacy.modules())

@@ -35,6 +35,7 @@ from memsafe_lib.encodings.encoders import (
     variant_pairs,
 )
 from memsafe_lib.io import atomic_open
+from memsafe_lib.maskdropout import mask_dropout_while_training
 from memsafe_lib.precision import use_bf16
 from memsafe_lib.progress import progress_bar
 from memsafe_lib.threads import torch_threads_held
@@ -62,12 +63,17 @@ class FinetuneConfig:
     train_layers: int | None = None
     """Fine-tune only the top ``train_layers`` transformer layers (and the head); the embeddings
     and lower layers stay frozen, which makes a step cheaper. None: every layer."""
+    mask_dropout: bool = True
+    """On CPU, every dropout of the encoder, its attention weights' included, draws its masks
+    with :mod:`memsafe_lib.maskdropout` (a third of a step with torch's dropout; elsewhere
+    torch's own kernels are kept)."""
 
 
 def _key_settings(config: FinetuneConfig) -> dict[str, object]:
     """The settings that enter a fine-tuning run's cache key; options at their defaults that
     were added later are left out, so existing fold encoders keep their keys."""
     settings = asdict(config)
+    settings.pop("mask_dropout")  # keyed by run_key, where it applies (on CPU)
     if settings.get("train_layers") is None:
         settings.pop("train_layers", None)
     return settings
@@ -139,6 +145,8 @@ def run_key(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, conf
     settings["bf16"] = use_bf16(config.bf16, model.config.device)
     if torch.device(model.config.device).type == "cpu":
         settings["torch_threads"] = FINETUNE_THREADS
+        if config.mask_dropout:
+            settings["dropout"] = "mask"
     h.update(json.dumps(settings, sort_keys=True).encode())
     h.update(str(seed).encode())
     for p, y in zip(pairs, labels, strict=True):
@@ -153,7 +161,8 @@ def finetune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, con
     On CPU with :data:`FINETUNE_THREADS` torch threads (restored after), so the tuned weights
     do not depend on the machine's core count."""
     cpu = torch.device(model.config.device).type == "cpu"
-    with torch_threads_held(FINETUNE_THREADS) if cpu else nullcontext():
+    with (torch_threads_held(FINETUNE_THREADS) if cpu else nullcontext(),
+          mask_dropout_while_training(model.backbone) if cpu and config.mask_dropout else nullcontext()):
         return _tune(model, pairs, labels, config, seed, checkpoint_dir, progress, on_step)
 
 
