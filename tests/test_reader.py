@@ -322,6 +322,11 @@ def test_a_gguf_model_is_converted_for_transformers_once(tmp_path: Path, monkeyp
     kept = AutoModelForCausalLM.from_pretrained(first, dtype=torch.float32)
     expected, got = direct.state_dict(), kept.state_dict()
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+    # a plain model in the asked dtype, not one behind transformers' GGUF quantizer
+    assert getattr(kept, "hf_quantizer", None) is None and "quantization_config" not in kept.config.to_dict()
+    ids = torch.tensor([[1, 422, 3178, 314, 260, 4981, 47]])
+    with torch.no_grad():
+        assert torch.allclose(direct(ids).logits, kept(ids).logits, atol=1e-4)
 
     def no_conversion(*args: object, **kwargs: object) -> None:
         raise AssertionError("converted again")

@@ -295,7 +295,7 @@ def converted_gguf(path: str, dtype: Any) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: heavy
 
     source = Path(path)
-    target = model_dir() / f"{source.stem}-{file_fingerprint(path)}-{str(dtype).rsplit('.', 1)[-1]}"
+    target = model_dir() / f"{source.stem}-{file_fingerprint(path)}-{str(dtype).rsplit('.', 1)[-1]}-plain"
     if (target / "config.json").is_file():
         return target
     log(f"{source.name}: converting the GGUF weights for transformers once (kept in {target.parent})")
@@ -308,6 +308,11 @@ def converted_gguf(path: str, dtype: Any) -> Path:
     # save_pretrained refuses a model read from GGUF ("quantized ... not serializable"), though
     # its tensors are plain dequantized ones: write them, the config and the tokenizer directly
     save_model(lm, str(partial / "model.safetensors"))
+    # without the GGUF quantization_config: with it, transformers loads the plain tensors back
+    # behind its GGUF quantizer and warns at every load that matmuls cast to fp32; measured, the
+    # two loads run at the same speed with the same logits (bench/gguf_plain.py), so this only
+    # makes the kept model what it is, a plain model in the asked dtype
+    del lm.config.quantization_config
     lm.config.save_pretrained(partial)
     lm.generation_config.save_pretrained(partial)
     tok.save_pretrained(partial)
