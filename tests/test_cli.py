@@ -125,8 +125,8 @@ def test_cli_verbs_leave_a_clone_clean(real_data: Path, tmp_path: Path, monkeypa
     monkeypatch.setenv("MEMSAFE_ARTIFACTS_DIR", str(config.REPO_ROOT / "artifacts"))
     monkeypatch.delenv(config.RECORD_ENV, raising=False)
     for argv in (["data", "check", "--dataset", "2wikimultihopqa"],
-                 ["audit", "--dataset", "2wikimultihopqa"],
-                 ["construct", "--dataset", "2wikimultihopqa", "--out", str(tmp_path / "v.jsonl")],
+                 ["audit", "--dataset", "2wikimultihopqa", "--scale", "smoke"],  # cpu: two minutes of fits
+                 ["construct", "--dataset", "2wikimultihopqa", "--out", str(tmp_path / "v.jsonl"), "--scale", "smoke"],
                  ["evaluate", "--dataset", "2wikimultihopqa", "--models", "majority,text_length", "--scale", "smoke"],
                  ["summarize", "--scale", "smoke", "--resamples", "10"],
                  ["report"]):
