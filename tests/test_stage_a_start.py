@@ -138,7 +138,11 @@ def test_budget_pooling_follows_the_checkpoint(cross_path: Path, bare_path: Path
 
 
 def test_an_encoder_that_cannot_load_offline_says_what_to_download(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # the hub reads the variable once, at import: without this it retries the network for ~20 s
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(E.EncoderUnavailableError, match="huggingface-cli download no-such-org/no-such-model"):
         E.load_hf_config("no-such-org/no-such-model")
 
