@@ -3,6 +3,7 @@ point notebook 02 selected, read without computing either (run notebook 02 first
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,8 @@ from memsafe_lib.config import ScaleConfig
 from memsafe_lib.data.records import RawFile
 from memsafe_lib.encodings.encoders import VariantEncoding
 from memsafe_lib.evaluation.neural import grid_file, stage_a_for
-from memsafe_lib.variants.construction import Variant, by_split
+from memsafe_lib.threads import configure_threads
+from memsafe_lib.variants.construction import Variant, by_split, present_states
 from memsafe_lib.variants.store import build
 
 
@@ -36,3 +38,19 @@ def stage_b_inputs(dataset: str, scale: ScaleConfig, construction: str = "size-m
     loaded, result = build(dataset, construction, scale)
     encodings = stage_a_for(result, scale, scale.neural.encoder_seeds[0]).encodings
     return StageBInputs(list(loaded.files), encodings, by_split(result.variants), point)
+
+
+def seed_comparison(description: str) -> tuple[argparse.Namespace, int, ScaleConfig, StageBInputs, list[str]]:
+    """What a Stage B comparison over seeds starts from: its arguments (``--dataset``,
+    ``--scale``, ``--seeds``), the torch thread count, the scale, the dataset's cached inputs and
+    the states present in its validation split."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--dataset", default="musique")
+    parser.add_argument("--scale", default="cpu")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[17, 29, 43])
+    args = parser.parse_args()
+    threads = configure_threads()
+    scale = config.scale_config(args.scale)
+    inputs = stage_b_inputs(args.dataset, scale)
+    labels = present_states([v.state for v in inputs.splits["validation"]])
+    return args, threads[1], scale, inputs, labels

@@ -12,38 +12,26 @@ selected, on the scale's cached Stage A encodings (run notebook 02 first).
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-from cached_inputs import stage_b_inputs  # bench/cached_inputs.py
+from cached_inputs import seed_comparison  # bench/cached_inputs.py
 from report import save_report  # bench/report.py (scripts run from bench/)
 
-from memsafe_lib import config
 from memsafe_lib.estimators.memsafe import MemSafe
 from memsafe_lib.estimators.setmodel import SetModelConfig
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
-from memsafe_lib.threads import configure_threads
-from memsafe_lib.variants.construction import present_states
 
 DROPOUTS = {"torch": False, "mask": True}
 """Report label -> SetModelConfig.mask_dropout."""
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="musique")
-    parser.add_argument("--scale", default="cpu")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[17, 29, 43])
-    args = parser.parse_args()
-    threads = configure_threads()
-    scale = config.scale_config(args.scale)
-    inputs = stage_b_inputs(args.dataset, scale)
+    args, torch_threads, scale, inputs, labels = seed_comparison(__doc__.splitlines()[0])
     encodings, splits, point = inputs.encodings, inputs.splits, inputs.point
     validation = splits["validation"]
-    labels = present_states([v.state for v in validation])
     base = SetModelConfig.for_budget(scale.neural, **point)
     rows = []
     for seed in args.seeds:
@@ -64,7 +52,7 @@ def main() -> None:
     by = table.groupby("dropout")
     per_epoch = by.seconds_per_epoch.mean()
     auroc = table.pivot(index="seed", columns="dropout", values="validation_auroc")
-    report = {"dataset": args.dataset, "seeds": args.seeds, "torch_threads": threads[1], "point": point,
+    report = {"dataset": args.dataset, "seeds": args.seeds, "torch_threads": torch_threads, "point": point,
               "bf16": base.bf16, "patience": base.patience, "max_epochs": base.epochs,
               "train_memories": len(splits["train"]), "validation_memories": len(validation),
               "speedup_per_epoch": float(per_epoch["torch"] / per_epoch["mask"]),
