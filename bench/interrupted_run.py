@@ -61,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     start, last = minutes_before_kill(Path(args.log).read_text(errors="replace"), args.notebook)
     scale = config.scale_config(args.scale)
-    run_times = scale.run_dir / "run_times.csv"
+    run_times = scale.run_dir / config.RUN_TIMES_FILE
     times = pd.read_csv(run_times).set_index("notebook")
     if args.notebook not in times.index:
         raise SystemExit(f"{args.notebook} has no row in run_times.csv (adopt the resumed run first)")
