@@ -94,8 +94,8 @@ def main() -> None:
     row = {"notebook": args.notebook, "started_utc": start.isoformat(timespec="seconds"),
            "last_step_before_kill_utc": last.isoformat(timespec="seconds"),
            "minutes_before_kill": round(before, 1), "minutes_resumed": float(resumed["minutes"]),
-           "minutes_total": round(before + float(resumed["minutes"]), 1), "code": resumed["code"],
-           "cpu": resumed["cpu"], "bf16_units": resumed["bf16_units"]}
+           "minutes_total": round(before + float(resumed["minutes"]), 1), "code": str(resumed["code"]),
+           "cpu": str(resumed["cpu"]), "bf16_units": bool(resumed["bf16_units"])}  # numpy scalars are not JSON
     table = replace_row(scale.output_dir(config.BENCH) / "interrupted_runs.csv", row, key="notebook")
     args.log = Path(args.log).name  # the ledger names the log without this machine's paths
     save_report("interrupted-run", "interrupted_runs", args, [], {"last": row}, table=table, inputs=[run_times])
