@@ -58,10 +58,16 @@ browser: install
 		|| echo "make: no headless Chromium (needs root and apt); the browser test will be skipped"
 	$(BIN)/python -c "import playwright" 2>/dev/null || $(PIP) install -q playwright 2>&1 | sed "/^WARNING: Location/d"
 
-# The last step re-checks the committed cpu run (raw files -> ledger -> tables -> REPORT).
+# Two pytest-xdist workers of one thread each (tests/conftest.py): the smoke notebooks, two
+# thirds of the suite, run in order on one worker while the other takes every other module;
+# nbval then re-runs the executed notebooks two at a time (each one whole on one worker, as
+# nbval asks of xdist). The last step re-checks the
+# committed cpu run (raw files -> ledger -> tables -> REPORT).
+TEST_WORKERS ?= 2
 test: install browser
-	$(BIN)/python -m pytest
-	$(BIN)/python -m pytest --nbval-lax --nbval-current-env -p no:cacheprovider artifacts/smoke/*/*.ipynb
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	MEMSAFE_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --nbval-lax --nbval-current-env \
+		-p no:cacheprovider artifacts/smoke/*/*.ipynb
 	$(BIN)/memsafe verify --scale cpu
 
 # Every notebook at the paper's settings on a few questions (config.paper_dry_run), on CPU; the

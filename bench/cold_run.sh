@@ -11,7 +11,9 @@
 # A run that must stop between notebooks goes on in the same clone (`memsafe notebook NB
 # --scale cpu --record` for the rest, in order); adopt_cold_run.py takes a clone's results
 # as often as it is given them. A notebook killed midway must have the caches it wrote deleted
-# before it runs again, or its minutes are not cold. Parts in separate clones also work:
+# before it runs again, or its minutes are not cold; or it resumes from them (start its line in
+# the log with "NB start <time> (resumed run)") and bench/interrupted_run.py adds the log's
+# minutes before the kill to the resumed row. Parts in separate clones also work:
 #
 #   ADOPT=1 bench/cold_run.sh ../cold-a 01_construction_audit 02_training 03_ablations 04_transfer 05_selective
 #   ADOPT=1 WARM_GRID=1 bench/cold_run.sh ../cold-b 06_reader_gating 07_clinical

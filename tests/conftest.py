@@ -9,12 +9,36 @@ from pathlib import Path
 
 import pytest
 
+from memsafe_lib import config as config_module
 from memsafe_lib.threads import configure_threads
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The suite runs with the library's thread setting, like the CLI and the notebooks."""
+    """The suite runs with the library's thread setting, like the CLI and the notebooks. Under
+    pytest-xdist (`make test` runs two workers) each worker, and every notebook kernel or fit
+    process it starts, holds one thread per native pool: two workers of one thread fill two
+    cores, where two of two would spin against each other (memsafe_lib/threads.py)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and config_module.native_threads() is None:
+        os.environ[config_module.THREADS_ENV] = "1"
     configure_threads()
+
+
+SMOKE_NOTEBOOKS = "test_notebooks.py::test_notebook_runs_at_smoke_scale"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for `--dist loadgroup`, and the smoke notebooks first.
+
+    A module's tests share one worker (their module fixtures are built once). The seven smoke
+    notebooks run on one worker, in order: each appends to the smoke ledger and run_times.csv
+    and checks its own last entries there, and notebooks 04-06 read what 02 wrote. They are
+    about two thirds of the suite, so they start first and the other worker takes every other
+    module beside them (with `--no-loadscope-reorder`, xdist keeps this order)."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items.sort(key=lambda item: SMOKE_NOTEBOOKS not in item.nodeid)  # stable: order kept within each part
+
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QA_FIXTURES = FIXTURES / "qa"

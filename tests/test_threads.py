@@ -46,8 +46,9 @@ def test_configure_threads_limits_every_pool_and_child_processes(monkeypatch: py
         assert torch.get_num_threads() == (os.cpu_count() or 1)
         assert _openmp_threads() <= {1, os.cpu_count() or 1}
     finally:
-        torch.set_num_threads(before)
+        monkeypatch.undo()  # the session's setting (under xdist, one thread a worker) back first
         threads.configure_threads()
+        torch.set_num_threads(before)
 
 
 def test_zero_leaves_the_libraries_alone(monkeypatch: pytest.MonkeyPatch) -> None:

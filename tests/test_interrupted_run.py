@@ -1,0 +1,43 @@
+"""bench/interrupted_run.py reads a killed notebook's minutes from the cold run's log."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+
+import pytest
+
+from memsafe_lib import config
+
+LOG = """01_construction_audit start 2026-11-28T23:00:50Z
+[memsafe 23:17:28 +16.6 min] notebook 01_construction_audit at scale cpu: done in 16.5 min
+02_training start 2026-11-28T23:17:29Z
+[memsafe 23:55:43 +38.1 min] musique: 18 fits side by side: done in 7.8 min
+[memsafe 00:16:35 +59.0 min] hotpotqa: mean_pool seed 43: fit and predict: done in 41.3 s
+[memsafe 00:15:15 +57.8 min] hotpotqa: mean_pool seed 17: fit and predict ...
+[memsafe 00:45:06 +87.6 min] 2wikimultihopqa: blind_set seed 17: fit and predict ...
+02_training start 2026-11-29T07:26:05Z (resumed run)
+[memsafe 07:28:52 +2.6 min] 2wikimultihopqa: blind_set seed 17: fit and predict: done in 1.6 min
+"""
+
+
+@pytest.fixture
+def interrupted_run(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    return importlib.import_module("interrupted_run")
+
+
+def test_minutes_before_the_kill_span_midnight_and_out_of_order_lines(interrupted_run) -> None:
+    start, last = interrupted_run.minutes_before_kill(LOG, "02_training")
+    assert start == dt.datetime(2026, 11, 28, 23, 17, 29, tzinfo=dt.UTC)
+    # the last stamp before the resumed execution, on the next day; 00:15:15 printed after
+    # 00:16:35 (workers side by side) neither moves it back nor adds a day
+    assert last == dt.datetime(2026, 11, 29, 0, 45, 6, tzinfo=dt.UTC)
+    assert (last - start).total_seconds() / 60 == pytest.approx(87 + 37 / 60)
+
+
+def test_a_notebook_that_was_not_resumed_is_refused(interrupted_run) -> None:
+    with pytest.raises(SystemExit, match="no resumed execution"):
+        interrupted_run.minutes_before_kill(LOG, "01_construction_audit")
+    with pytest.raises(SystemExit, match="no '03_ablations start' line"):
+        interrupted_run.minutes_before_kill(LOG, "03_ablations")
