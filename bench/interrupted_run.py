@@ -10,7 +10,9 @@ ended) and is counted again, whole, in the resumed part; the resumed part also p
 reading the caches back, so the sum errs high by that, a minute or so.
 
 Records (notebook, started, last step before the kill, minutes before the kill, minutes
-resumed, their sum) in ``artifacts/<scale>/bench/interrupted_runs.csv``:
+resumed, their sum) in ``artifacts/<scale>/bench/interrupted_runs.csv``, and the cold run's
+time table, one row per notebook with the killed part added and a last row ``all``, in
+``artifacts/<scale>/bench/cold_run.csv``:
 
     cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log COLD_LOG --notebook 02_training
 """
@@ -53,6 +55,28 @@ def minutes_before_kill(log: str, notebook: str) -> tuple[dt.datetime, dt.dateti
     return start, last
 
 
+def cold_table(run_times: pd.DataFrame, interrupted: pd.DataFrame) -> pd.DataFrame:
+    """Cold minutes per notebook: its ``run_times.csv`` row, plus the minutes before the kill
+    where that row is a resumed execution (and the interruption is of the same code), then the sum."""
+    killed = interrupted.set_index("notebook")
+    rows = []
+    for r in run_times.itertuples(index=False):
+        part = killed.loc[r.notebook] if r.notebook in killed.index else None
+        if part is not None and (part["code"] != r.code or float(part["minutes_resumed"]) != float(r.minutes)):
+            raise SystemExit(f"{r.notebook}: its interruption was recorded for another execution "
+                             f"(code {part['code']}, {part['minutes_resumed']} min resumed; run_times: "
+                             f"code {r.code}, {r.minutes} min); rerun interrupted_run.py for it")
+        before = 0.0 if part is None else float(part["minutes_before_kill"])
+        rows.append({"notebook": r.notebook, "minutes": round(float(r.minutes) + before, 1),
+                     "interrupted": part is not None, "notebooks": 1, "cpu": r.cpu,
+                     "bf16_units": r.bf16_units, "code": r.code})
+    table = pd.DataFrame(rows)
+    total = {"notebook": "all", "minutes": round(table.minutes.sum(), 1), "interrupted": bool(table.interrupted.any()),
+             "notebooks": len(table), "cpu": "; ".join(sorted(set(table.cpu))),
+             "bf16_units": bool(table.bf16_units.all()), "code": "; ".join(sorted(set(table.code)))}
+    return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log", required=True, help="the cold run's log (bench/cold_run.sh's output)")
@@ -75,6 +99,9 @@ def main() -> None:
     table = replace_row(scale.output_dir(config.BENCH) / "interrupted_runs.csv", row, key="notebook")
     args.log = Path(args.log).name  # the ledger names the log without this machine's paths
     save_report("interrupted-run", "interrupted_runs", args, [], {"last": row}, table=table, inputs=[run_times])
+    cold = cold_table(times.reset_index(), table)
+    save_report("cold-run", "cold_run", args, [], {"minutes": float(cold.minutes.iloc[-1])}, table=cold,
+                inputs=[run_times, scale.output_dir(config.BENCH) / "interrupted_runs.csv"])
 
 
 if __name__ == "__main__":

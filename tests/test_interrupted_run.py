@@ -41,3 +41,29 @@ def test_a_notebook_that_was_not_resumed_is_refused(interrupted_run) -> None:
         interrupted_run.minutes_before_kill(LOG, "01_construction_audit")
     with pytest.raises(SystemExit, match="no '03_ablations start' line"):
         interrupted_run.minutes_before_kill(LOG, "03_ablations")
+
+
+def test_cold_table_adds_the_minutes_before_the_kill_to_the_resumed_row(interrupted_run) -> None:
+    import pandas as pd
+
+    run_times = pd.DataFrame({
+        "notebook": ["01_construction_audit", "02_training", "03_ablations"],
+        "minutes": [16.5, 51.2, 44.2], "code": ["abc"] * 3, "cpu": ["Xeon"] * 3, "bf16_units": [True] * 3})
+    interrupted = pd.DataFrame({"notebook": ["02_training"], "minutes_before_kill": [87.6],
+                                "minutes_resumed": [51.2], "code": ["abc"]})
+    table = interrupted_run.cold_table(run_times, interrupted)
+    assert list(table.notebook) == ["01_construction_audit", "02_training", "03_ablations", "all"]
+    assert table.minutes.tolist() == pytest.approx([16.5, 87.6 + 51.2, 44.2, 16.5 + 87.6 + 51.2 + 44.2])
+    assert table.interrupted.tolist() == [False, True, False, True]
+    assert table.notebooks.iloc[-1] == 3
+
+
+def test_cold_table_refuses_an_interruption_of_another_code_version(interrupted_run) -> None:
+    import pandas as pd
+
+    run_times = pd.DataFrame({"notebook": ["02_training"], "minutes": [51.2], "code": ["new"],
+                              "cpu": ["Xeon"], "bf16_units": [True]})
+    interrupted = pd.DataFrame({"notebook": ["02_training"], "minutes_before_kill": [87.6],
+                                "minutes_resumed": [51.2], "code": ["old"]})
+    with pytest.raises(SystemExit, match="02_training"):
+        interrupted_run.cold_table(run_times, interrupted)
