@@ -65,7 +65,7 @@ browser: install
 # committed cpu run (raw files -> ledger -> tables -> REPORT).
 TEST_WORKERS ?= 2
 test: install browser
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 	MEMSAFE_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --nbval-lax --nbval-current-env \
 		-p no:cacheprovider artifacts/smoke/*/*.ipynb
 	$(BIN)/memsafe verify --scale cpu

@@ -28,15 +28,16 @@ SMOKE_NOTEBOOKS = "test_notebooks.py::test_notebook_runs_at_smoke_scale"
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for `--dist loadgroup`, and the smoke notebooks first.
+    """The smoke notebooks first, for `--dist loadfile`.
 
-    A module's tests share one worker (their module fixtures are built once). The seven smoke
-    notebooks run on one worker, in order: each appends to the smoke ledger and run_times.csv
-    and checks its own last entries there, and notebooks 04-06 read what 02 wrote. They are
-    about two thirds of the suite, so they start first and the other worker takes every other
-    module beside them (with `--no-loadscope-reorder`, xdist keeps this order)."""
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    `make test` hands each test module whole to one worker (`--dist loadfile`; a module's
+    fixtures are built once). The seven smoke notebooks must run on one worker, in order: each
+    appends to the smoke ledger and run_times.csv and checks its own last entries there, and
+    notebooks 04-06 read what 02 wrote. They are about two thirds of the suite, so their module
+    starts first and the other worker takes every other module beside it (with
+    `--no-loadscope-reorder`, xdist keeps this order). `--dist loadgroup` with `xdist_group`
+    marks added here did not group them: xdist 3.8 split the parametrized notebooks over both
+    workers, and 02 and 03 interleaved their ledger entries."""
     items.sort(key=lambda item: SMOKE_NOTEBOOKS not in item.nodeid)  # stable: order kept within each part
 
 
