@@ -38,7 +38,7 @@ import pandas as pd
 from IPython.display import display
 
 from memsafe_lib import config
-from memsafe_lib.evaluation.audit import CHANCE_BAND, audit, blind_table, fit_controls
+from memsafe_lib.evaluation.audit import CHANCE_BAND, audit, audit_side_by_side, blind_table
 from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
 from memsafe_lib.reporting import construction_audit as tables
@@ -107,10 +107,10 @@ display(data_table[["dataset", "construction", "excluded_by_reason"]])
 # memory size like any control; under size matching they must read the text.
 
 # %%
-audits = [audit(results[ds][c], controls=shortcut_models)
-          for ds in datasets for c in ("deletion", "size-matched", "blind-matched")]
-blind_fits = {(ds, c): fit_controls(results[ds][c].variants, blind_controls, where=f"{ds}/{c}")
-              for ds in datasets for c in ("size-matched", "blind-matched")}
+# one dataset per core; the same fits as a loop over datasets and constructions
+audits, blind_fits = audit_side_by_side({ds: results[ds] for ds in datasets}, shortcut_models,
+                                        ("deletion", "size-matched", "blind-matched"), blind_controls,
+                                        ("size-matched", "blind-matched"), cfg)
 blind_test_rows = [r.row(ds, c) for (ds, c), (_, fits) in blind_fits.items() for r in fits if r.split == "test"]
 controls = pd.concat([tables.control_table(audits), pd.DataFrame(blind_test_rows)], ignore_index=True)
 write_csv(out / "controls_test.csv", controls, float_format=None)

@@ -71,7 +71,7 @@ from memsafe_lib.estimators.registry import LEXSET_VARIANTS
 from memsafe_lib.evaluation import hypotheses as H
 from memsafe_lib.evaluation.llm_judge import evaluate_judge
 from memsafe_lib.evaluation.neural import grid_file
-from memsafe_lib.evaluation.runs import run_evaluation
+from memsafe_lib.evaluation.runs import EvaluationRequest, run_evaluations
 from memsafe_lib.evaluation.summary import summarize
 from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
@@ -91,15 +91,18 @@ print("neural budget:", json.dumps(asdict(cfg.neural)))
 # %% [markdown]
 # ## 1 · Train and score every model
 #
-# `run_evaluation` builds the size-matched variants, runs Stage A (cached on disk by the
-# content of the weights and pairs, so an interrupted run resumes and a finished one is only
-# loaded), fits each model on the training split with selection on validation, and scores
-# validation and test. Fitted models are cached per (model, seed) under the code, data and
-# settings fingerprint.
+# `run_evaluations` builds each dataset's size-matched variants and runs its Stage A (cached on
+# disk by the content of the weights and pairs, so an interrupted run resumes and a finished
+# one is only loaded), then fits every model of every dataset on its training split with
+# selection on validation, side by side on the machine's cores, and scores validation and
+# test. Fitted models are cached per (model, seed) under the code, data and settings
+# fingerprint.
 
 # %%
-files = {d: run_evaluation(d, [*neural_models, *(joint_models if d in joint_datasets else []), *baseline_models],
-                           seeds, cfg) for d in datasets}
+# every dataset's Stage A first, then all their fits in one side-by-side batch (run_evaluations)
+requests = [EvaluationRequest(d, (*neural_models, *(joint_models if d in joint_datasets else []), *baseline_models))
+            for d in datasets]
+files = dict(zip(datasets, run_evaluations(requests, seeds, cfg), strict=True))
 stage_a = []
 for d in datasets:
     neural = json.loads(files[d]["neural"].read_text())
@@ -116,8 +119,8 @@ stage_a
 # evidence of blind-matched memories, pooled over the three datasets as above).
 
 # %%
-blind_files = {d: run_evaluation(d, blind_matched_models, seeds, cfg, construction="blind-matched")
-               for d in datasets}
+blind_requests = [EvaluationRequest(d, tuple(blind_matched_models), "blind-matched") for d in datasets]
+blind_files = dict(zip(datasets, run_evaluations(blind_requests, seeds, cfg), strict=True))
 
 # %% [markdown]
 # `pairs_requested` counts every (query, unit) and (query ‖ u_top, unit) pair of every

@@ -243,3 +243,49 @@ def test_blind_matched_memories_of_a_question_have_one_size_even_when_the_fill_r
     assert kept | excluded == set(needs) and not kept & excluded  # no question dropped silently
     _, n_u, n_c = memory_multiplicities(result.variants)
     assert all(u == 2 and c == 1 for u, c in zip(n_u, n_c, strict=True))
+
+
+def test_blind_set_reads_the_rankers_fp32_embeddings_from_one_cache(tmp_path) -> None:  # noqa: ANN001
+    """The question-blind set model and Stage A's ranker read each unit through the same
+    pretrained encoder, window, precision and text, so one disk cache serves both: what
+    :func:`embed_units` stores is what a fresh fp32 ranker computes (no autocast), and a ranker
+    given that cache finds every unit there."""
+    from memsafe_lib.config import PACKAGED_ENCODER
+    from memsafe_lib.encodings.encoders import EncoderConfig, EncodingCache, make_ranker, unit_string
+    from memsafe_lib.estimators.blind import embed_units, unit_embedder
+
+    variants = build_size_matched(_queries(12)).variants
+    texts = list(dict.fromkeys(unit_string(u.title, u.text) for v in variants for u in v.units))
+    cache = tmp_path / "pretrained.sqlite"
+    assert embed_units(variants, cache, progress=False) == len(texts)
+    stored = EncodingCache(cache)
+    assert len(stored) == len(texts)
+    fresh = make_ranker(EncoderConfig(model=PACKAGED_ENCODER, max_length=128))  # fp32, no cache
+    expected = fresh.embed(texts)
+    np.testing.assert_allclose(unit_embedder(PACKAGED_ENCODER, 128, cache).embed(texts), expected, atol=1e-6)
+    ranker = make_ranker(EncoderConfig(model=PACKAGED_ENCODER, max_length=128), stored)
+    np.testing.assert_allclose(ranker.embed(texts), expected, atol=1e-6)
+    assert len(stored) == len(texts)  # the ranker embedded nothing: every unit was in the cache
+
+
+def test_notebook_01s_audit_side_by_side_equals_its_loops(monkeypatch) -> None:  # noqa: ANN001
+    """One dataset per worker: the same audit rows and the same blind-control scores, in the same
+    order, as the loops over datasets and constructions it replaced."""
+    from memsafe_lib.config import FIT_WORKERS_ENV, SCALES
+    from memsafe_lib.evaluation.audit import audit, audit_side_by_side, fit_controls
+
+    monkeypatch.setenv(FIT_WORKERS_ENV, "2")
+    results = {name: {"size-matched": build_size_matched(qs), "blind-matched": build_blind_matched(qs)}
+               for name, qs in (("a", _queries(48)), ("b", _shared_queries(72)))}
+    shortcut, blind = ["majority", "tfidf"], ["blind_bow", "blind_set"]
+    audits, fits = audit_side_by_side(results, shortcut, ("size-matched", "blind-matched"), blind,
+                                      ("size-matched",), SCALES["smoke"], progress=False)
+    loops = [audit(results[d][c], controls=shortcut) for d in results for c in ("size-matched", "blind-matched")]
+    assert [a["rows"] for a in audits] == [a["rows"] for a in loops]
+    assert list(fits) == [("a", "size-matched"), ("b", "size-matched")]
+    for (d, c), (train, fitted) in fits.items():
+        train_here, here = fit_controls(results[d][c].variants, blind, where=f"{d}/{c}")
+        assert [v.variant_id for v in train] == [v.variant_id for v in train_here]
+        assert [(r.control, r.split) for r in fitted] == [(r.control, r.split) for r in here]
+        for r, h in zip(fitted, here, strict=True):
+            np.testing.assert_allclose(r.predictions.unsafe_prob, h.predictions.unsafe_prob, atol=1e-6)

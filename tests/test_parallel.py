@@ -179,3 +179,44 @@ def test_pooled_fits_start_longest_first(monkeypatch: pytest.MonkeyPatch) -> Non
     runs.fit_batches([small, None, large])
     assert [(i, m, s) for i, m, s, _ in order] == [(2, "concat_ce", 17), (2, "mean_pool", 17), (0, "memsafe", 17),
                                                    (0, "memsafe", 29), (0, "lexset", 17)]
+
+
+def test_blind_controls_and_text_baselines_fit_side_by_side_as_one_after_another(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The question-blind controls and the TF-IDF baselines join the worker batch (fitted in this
+    process, one after another, each left a core idle: 36 minutes of a cold cpu run). A
+    deterministic one is queued once and serves every seed; the numbers equal those of the
+    one-after-another path, and the question-blind set model reads its unit embeddings from the
+    run's shared cache, filled here before the batch."""
+    variants, enc = _variants_and_encodings(60)
+    splits = ["train", "train", "validation", "test"]
+    variants = [replace(v, split=splits[int(v.base_id[1:]) % 4]) for v in variants]
+    result = C.ConstructionResult("synthetic", "size-matched", variants, [])
+    stage_a = StageAResult(enc, (), None, EncodeStats(), (0, 0))  # type: ignore[arg-type]
+    scale = replace(SCALES["smoke"], neural=replace(SCALES["smoke"].neural, encoder_seeds=(17,)))
+    context = NeuralContext("synthetic", scale, {17: stage_a}, {"width": 16, "heads": 2, "epochs": 2})
+    models, seeds = ["tfidf", "blind_unit", "blind_set"], [17, 29]
+    jobs = [(m, s) for m in models for s in seeds]
+
+    monkeypatch.setenv(FIT_WORKERS_ENV, "2")
+    batch = runs.pending_fits(result, jobs, C.by_split(variants), tmp_path / "2", context)
+    assert batch is not None
+    assert [(m, s) for m, s, _ in batch.todo] == [("tfidf", 17), ("blind_unit", 17), ("blind_set", 17),
+                                                  ("blind_set", 29)]
+    from memsafe_lib.estimators.blind import embed_units
+
+    n_texts = embed_units(variants, context.pretrained_embeddings, progress=False)
+    frames = []
+    for workers in ("2", "1"):
+        monkeypatch.setenv(FIT_WORKERS_ENV, workers)
+        metrics, preds, _ = runs.evaluate(result, models, seeds, progress=False, context=context,
+                                          cache_dir=tmp_path / workers)
+        assert len(list((tmp_path / workers).glob("*.pkl"))) == 4  # one fit per deterministic model
+        frames.append((metrics.drop(columns="fit_seconds"), preds))
+    pd.testing.assert_frame_equal(frames[0][0], frames[1][0])
+    pd.testing.assert_frame_equal(frames[0][1], frames[1][1])
+    tfidf = frames[0][1][frames[0][1].model == "tfidf"]
+    assert (tfidf[tfidf.seed == 17].unsafe_prob.to_numpy() == tfidf[tfidf.seed == 29].unsafe_prob.to_numpy()).all()
+    from memsafe_lib.encodings.encoders import EncodingCache
+
+    assert len(EncodingCache(context.pretrained_embeddings)) == n_texts  # the workers embedded nothing new

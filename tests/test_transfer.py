@@ -41,6 +41,19 @@ def test_transfer_scores_targets_unchanged_and_resumes_from_cache(tmp_path: Path
     assert all(v.split == "test" for v in T.as_test(target))
 
 
+def test_a_deterministic_model_is_fitted_once_for_every_seed(tmp_path: Path) -> None:
+    """TF-IDF is deterministic: notebook 04 fitted it once per seed (three identical fits, 25 s
+    each on the cpu data); one fit now serves every seed, and LexSet still gets one per seed."""
+    source = C.build_size_matched([lexical_query(i) for i in range(120)])
+    target = C.build_deletion([lexical_query(i) for i in range(120, 150)]).variants
+    results = T.transfer(source, {"deletion": target}, ["tfidf", "lexset"], [17, 29, 43], cache_dir=tmp_path)
+    assert [(r.model, r.seed) for r in results] == [(m, s) for m in ("tfidf", "lexset") for s in (17, 29, 43)]
+    assert len(list(tmp_path.glob("transfer-tfidf-*.pkl"))) == 1
+    assert len(list(tmp_path.glob("transfer-lexset-*.pkl"))) == 3
+    tfidf = [r.predictions["deletion"].unsafe_prob for r in results[:3]]
+    np.testing.assert_array_equal(tfidf[0], tfidf[2])
+
+
 def _v(base: str, split: str, state: str, units: list[tuple[str, bool]]) -> C.Variant:
     mem = tuple(C.MemoryUnit(f"{base}{i}", t, t, ev, i, i) for i, (t, ev) in enumerate(units))
     return C.Variant(f"{base}:{state}", base, "d", "size-matched", state, split, 0, "q", (), mem, 1, len(mem))

@@ -216,13 +216,16 @@ def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: Pretraine
 
 def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, cache_dir: Path,
                 progress: bool = True, *, pool_train: Sequence[Variant] = (),
-                encoder_dir: Path | None = None) -> StageAResult:
+                encoder_dir: Path | None = None, ranker_cache: Path | None = None) -> StageAResult:
     """Fold encoders and the encodings of every variant (train, validation and test).
 
     ``pool_train``: training memories of other datasets that the fold encoders also train on
     (each fold on the same hash fold of every dataset, so a training memory is still encoded
     only by the encoder that never saw its question); their encoders are saved in
-    ``encoder_dir`` (shared by the pool's datasets, which then tune them once)."""
+    ``encoder_dir`` (shared by the pool's datasets, which then tune them once).
+    ``ranker_cache``: the SQLite file of the pretrained ranker's scores and embeddings (default:
+    beside the pooled encoders, or in the encoding cache), which other runs may share: its keys
+    hold the weights, window and text."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     encoder_dir = encoder_dir or cache_dir
     encoder_dir.mkdir(parents=True, exist_ok=True)
@@ -230,10 +233,14 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     pool = [v for v in pool_train if v.split == "train"]
     # a pool's datasets rank each other's training memories (u_top of every training pair):
     # one ranker cache beside their shared encoders, so each unit is embedded once for all
-    ranker_cache = EncodingCache(encoder_dir / "ranker.sqlite") if pool else cache
+    if ranker_cache is not None:
+        ranker_cache.parent.mkdir(parents=True, exist_ok=True)
+        ranker_store = EncodingCache(ranker_cache)
+    else:
+        ranker_store = EncodingCache(encoder_dir / "ranker.sqlite") if pool else cache
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    bi = make_ranker(config.encoder, ranker_cache)
+    bi = make_ranker(config.encoder, ranker_store)
     train = [v for v in variants if v.split == "train"]
     encoders, sizes = _fold_encoders(config, train + pool, bi, seed, encoder_dir, progress)
     timings["finetune"] = time.perf_counter() - start
@@ -256,7 +263,7 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
             f"{stats.unique:,} unique, {stats.from_cache:,} read from cache, {stats.encoded:,} encoded "
             f"in {elapsed(timings['encode'])}")
     cache.close()
-    ranker_cache.close()
+    ranker_store.close()
     relevance = bi.description if config.frozen else FINE_TUNED_RELEVANCE
     result = StageAResult({e.variant_id: e for e in encoded}, pair, bi, stats, (sizes[0], sizes[1]), timings,
                           relevance, pair_encodings=not relevance_only,

@@ -16,7 +16,9 @@ the hypothesis-only baselines of NLI datasets). Each control here has the estima
   not have met;
 * ``blind_set``: MemSafe's set transformer over query-free unit encodings (the packaged
   sentence encoder's embedding of each unit, with provenance statistics), trained with the
-  same losses, including the per-unit evidence head; the strongest blind model we afford;
+  same losses, including the per-unit evidence head; the strongest blind model we afford. Its
+  embeddings are those Stage A's ranker computes (fp32, the same texts and window), read from
+  one disk cache where a run gives it one (:func:`embed_units`);
 * ``question_only``: the opposite blind spot, TF-IDF of the question alone (never the memory):
   on a construction where every question contributes the same states it sits at 1/2 exactly
   (Proposition 1 applies to any score constant within a base query). On the clinical data it
@@ -26,23 +28,22 @@ the hypothesis-only baselines of NLI datasets). Each control here has the estima
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER
-from memsafe_lib.encodings.encoders import BiEncoder, EncoderConfig
+from memsafe_lib.encodings.encoders import BiEncoder, EncoderConfig, EncodingCache, unit_string
 from memsafe_lib.estimators.baselines import C_GRID, _LinearTextBaseline, _tfidf
 from memsafe_lib.estimators.controls import Predictions, provenance_stats
 from memsafe_lib.estimators.setmodel import SetModelConfig, predict_sets, train_set_model
 from memsafe_lib.estimators.text import memory_text, unit_text
 from memsafe_lib.measures.metrics import unsafe_auroc
-from memsafe_lib.precision import use_bf16
 from memsafe_lib.variants.construction import STATES, Variant, memory_key, states_of, train_fold
 
 BLIND_CONTROLS: tuple[str, ...] = ("blind_bow", "blind_unit", "blind_set")
@@ -197,28 +198,38 @@ class BlindUnitEvidence:
                            unit_scores=unit_scores)
 
 
-_EMBEDDERS: dict[tuple[str, int], Any] = {}
+_EMBEDDERS: dict[tuple[str, int, str], BiEncoder] = {}
 
 
-class _UnitEmbedder:
-    """Query-free unit embeddings: the pretrained sentence encoder read as a bi-encoder, under
-    bf16 autocast where the CPU computes bf16 natively (``MEMSAFE_BF16``, as Stage A), each
-    distinct text once per process."""
-
-    def __init__(self, model: str, max_length: int) -> None:
-        self.encoder = BiEncoder(EncoderConfig(model=model, max_length=max_length))
-
-    def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16(True, "cpu")):
-            return np.asarray(self.encoder.embed(texts, progress=progress), dtype=np.float32)
-
-
-def unit_embedder(model: str = PACKAGED_ENCODER, max_length: int = 128) -> _UnitEmbedder:
-    """The process's query-free unit embedder for (model, window): every blind fit shares it."""
-    key = (model, max_length)
+def unit_embedder(model: str = PACKAGED_ENCODER, max_length: int = 128, cache: Path | None = None) -> BiEncoder:
+    """The process's query-free unit embedder for (model, window, disk cache): the pretrained
+    sentence encoder read as a bi-encoder in fp32, exactly as Stage A's ranker reads it
+    (:func:`~memsafe_lib.encodings.encoders.make_ranker`), so the two share every cached
+    embedding and a blind score is the same on every CPU class. Each distinct text is embedded
+    once per process, and once per run with ``cache``."""
+    key = (model, max_length, str(cache or ""))
     if key not in _EMBEDDERS:
-        _EMBEDDERS[key] = _UnitEmbedder(model, max_length)
+        store = None
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            store = EncodingCache(cache)
+        _EMBEDDERS[key] = BiEncoder(EncoderConfig(model=model, max_length=max_length, bf16=False), cache=store)
     return _EMBEDDERS[key]
+
+
+def blind_unit_texts(variants: Sequence[Variant]) -> list[str]:
+    """What the question-blind set model embeds of each unit, in memory order (Stage A's unit string)."""
+    return [unit_string(u.title, u.text) for v in variants for u in v.units]
+
+
+def embed_units(variants: Sequence[Variant], cache: Path, model: str = PACKAGED_ENCODER, max_length: int = 128,
+                progress: bool = True) -> int:
+    """Fill ``cache`` with the embeddings ``blind_set`` will read for ``variants``, here (every
+    core of this process) before fits side by side read them from disk; returns the distinct texts."""
+    texts = list(dict.fromkeys(blind_unit_texts(variants)))
+    if texts:
+        unit_embedder(model, max_length, cache).embed(texts, progress=progress)
+    return len(texts)
 
 
 class BlindSet:
@@ -229,8 +240,10 @@ class BlindSet:
     deterministic = False
 
     def __init__(self, seed: int = DEFAULT_SEED, *, epochs: int = 30, patience: int | None = 10,
-                 model: str = PACKAGED_ENCODER, max_length: int = 128, device: str = "cpu") -> None:
+                 model: str = PACKAGED_ENCODER, max_length: int = 128, device: str = "cpu",
+                 embedding_cache: Path | None = None) -> None:
         self.seed = seed
+        self.embedding_cache = embedding_cache
         self.set_config = SetModelConfig(epochs=epochs, patience=patience)
         self.config: dict[str, Any] = {"epochs": epochs, "patience": patience, "encoder": model,
                                        "max_length": max_length}
@@ -241,8 +254,8 @@ class BlindSet:
         self._states: tuple[str, ...] = STATES
 
     def _inputs(self, variants: Sequence[Variant]) -> tuple[list[np.ndarray], np.ndarray]:
-        embed = unit_embedder(*self.encoder).embed
-        texts = [unit_text(u.title, u.text) for v in variants for u in v.units]
+        embed = unit_embedder(*self.encoder, self.embedding_cache).embed
+        texts = blind_unit_texts(variants)
         flat = embed(texts, progress=len(texts) > 2000) if texts else np.zeros((0, 1), np.float32)
         units, i = [], 0
         for v in variants:

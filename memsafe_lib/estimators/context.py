@@ -25,6 +25,16 @@ def model_cache_dir(scale: ScaleConfig, dataset: str) -> Path:
     return scale.cache_dir(config.NB02_TRAINING) / dataset
 
 
+def pretrained_embeddings(scale: ScaleConfig, dataset: str) -> Path:
+    """The SQLite cache of the pretrained encoder's query-free embeddings (fp32, keyed by weights,
+    window and text) that Stage A's ranker and the question-blind set model both read: one file
+    for every QA dataset and notebook, so a unit is embedded once per run whoever asks first.
+    Clinical texts are a person's measurements: theirs stays outside ``artifacts/``."""
+    if dataset in CLINICAL_DATASETS:
+        return private_cache_dir(scale, "models") / "pretrained_embeddings.sqlite"
+    return scale.cache_dir(config.EVALUATE) / "pretrained_embeddings.sqlite"
+
+
 @dataclass
 class NeuralContext:
     dataset: str
@@ -45,6 +55,10 @@ class NeuralContext:
     @property
     def cache_dir(self) -> Path:
         return model_cache_dir(self.scale, self.dataset)
+
+    @property
+    def pretrained_embeddings(self) -> Path:
+        return pretrained_embeddings(self.scale, self.dataset)
 
     def encodings(self, seed: int, frozen: bool = False) -> dict[str, VariantEncoding]:
         """Stage A encodings for a Stage B seed: fine-tuned, or ``frozen`` (pretrained encoder)."""

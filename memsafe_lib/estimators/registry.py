@@ -8,6 +8,7 @@ the selected Stage B configuration); :func:`make_model` says so when it is missi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from memsafe_lib.config import PAPER_SEEDS
 from memsafe_lib.estimators.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf
@@ -152,7 +153,19 @@ def frozen_representations(models: Sequence[str]) -> bool:
     return any(m in FROZEN_MODELS and m not in RELEVANCE_ONLY_MODELS for m in models)
 
 
-def make_model(name: str, seed: int, context: NeuralContext | None = None) -> Estimator:
+def fitted_once(name: str) -> bool:
+    """Whether one fit of this model serves every seed: a deterministic model that reads no Stage A
+    encodings (those are fitted once per encoder seed, :func:`memsafe_lib.evaluation.runs.shared_fit`)."""
+    return name in MODELS and bool(MODELS[name](PAPER_SEEDS[0]).deterministic)
+
+
+def make_model(name: str, seed: int, context: NeuralContext | None = None, *,
+               embedding_cache: Path | None = None) -> Estimator:
+    """A fresh estimator. ``blind_set`` reads its unit embeddings from ``embedding_cache`` (default:
+    the context's shared cache of pretrained embeddings, none without a context)."""
+    if name == "blind_set":
+        cache = embedding_cache or (context.pretrained_embeddings if context is not None else None)
+        return BlindSet(seed, embedding_cache=cache)
     if name in NEURAL_MODELS:
         if context is None:
             raise ValueError(f"model {name!r} needs Stage A encodings: build a NeuralContext "

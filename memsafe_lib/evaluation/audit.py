@@ -7,16 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from memsafe_lib.config import DEFAULT_SEED
-from memsafe_lib.estimators.blind import unit_seen_auroc, unseen_memories
+from memsafe_lib.config import DEFAULT_SEED, ScaleConfig
+from memsafe_lib.estimators.blind import embed_units, unit_seen_auroc, unseen_memories
+from memsafe_lib.estimators.context import pretrained_embeddings
 from memsafe_lib.estimators.controls import CONTROLS, Estimator, Predictions
 from memsafe_lib.estimators.registry import BLIND, make_model
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
 from memsafe_lib.measures.proposition import size_only_auroc, size_only_bound
+from memsafe_lib.parallel import side_by_side
+from memsafe_lib.progress import step
 from memsafe_lib.variants.construction import (
     ConstructionResult,
     Variant,
@@ -61,12 +65,70 @@ def run_controls(
     controls: Sequence[str] = tuple(CONTROLS),
     eval_splits: Sequence[str] = ("test",),
     seed: int = DEFAULT_SEED,
+    embedding_cache: Path | None = None,
 ) -> list[ControlResult]:
     """Fit each model (a control or any registered baseline) on the train split of
     ``result``, selecting on validation where it has choices, and predict ``eval_splits``;
     every split named must hold both classes (:func:`fit_controls` with ``strict``)."""
     where = f"{result.dataset}/{result.construction}"
-    return fit_controls(result.variants, controls, eval_splits, seed, where, strict=True)[1]
+    return fit_controls(result.variants, controls, eval_splits, seed, where, strict=True,
+                        embedding_cache=embedding_cache)[1]
+
+
+BlindFits = dict[tuple[str, str], tuple[list[Variant], list[ControlResult]]]
+
+
+@dataclass(frozen=True)
+class AuditJob:
+    """One dataset's share of notebook 01's audit: its constructions, and which controls each gets."""
+
+    dataset: str
+    results: dict[str, ConstructionResult]
+    shortcut: tuple[str, ...]
+    shortcut_constructions: tuple[str, ...]
+    blind: tuple[str, ...]
+    blind_constructions: tuple[str, ...]
+    embedding_cache: Path | None
+
+
+def _audit_dataset(_: None, job: AuditJob) -> tuple[list[dict[str, Any]], BlindFits]:
+    audits = [audit(job.results[c], job.shortcut) for c in job.shortcut_constructions]
+    fits = {(job.dataset, c): fit_controls(job.results[c].variants, job.blind, where=f"{job.dataset}/{c}",
+                                           embedding_cache=job.embedding_cache)
+            for c in job.blind_constructions}
+    return audits, fits
+
+
+def audit_side_by_side(results: dict[str, dict[str, ConstructionResult]], shortcut: Sequence[str],
+                       shortcut_constructions: Sequence[str], blind: Sequence[str],
+                       blind_constructions: Sequence[str], scale: ScaleConfig,
+                       progress: bool = True) -> tuple[list[dict[str, Any]], BlindFits]:
+    """:func:`audit` (``shortcut`` controls) and :func:`fit_controls` (``blind`` ones) on every
+    dataset's named constructions, one dataset per worker process (largest first): each fit is
+    one-threaded, so one after another they left a core idle for the whole audit. The
+    question-blind set model's unit embeddings are computed here first, on every core, into the
+    cache Stage A's ranker reads later. Returns (audits in dataset, construction order; blind fits
+    by (dataset, construction)), the same as the loops they replace."""
+    jobs = []
+    for dataset, by_construction in results.items():
+        cache = None
+        if "blind_set" in blind:
+            cache = pretrained_embeddings(scale, dataset)
+            variants = [v for c in blind_constructions for v in by_construction[c].variants]
+            with step(f"{dataset}: blind_set's unit embeddings"):
+                embed_units(variants, cache, progress=progress)
+        jobs.append(AuditJob(dataset, {c: by_construction[c] for c in {*shortcut_constructions, *blind_constructions}},
+                             tuple(shortcut), tuple(shortcut_constructions), tuple(blind),
+                             tuple(blind_constructions), cache))
+    order = sorted(range(len(jobs)), key=lambda i: -sum(len(r.variants) for r in jobs[i].results.values()))
+    with step(f"audit of {len(jobs)} datasets side by side"):
+        done = side_by_side(_audit_dataset, [jobs[i] for i in order], None, label="audit")
+    by_dataset = {jobs[i].dataset: out for i, out in zip(order, done, strict=True)}
+    audits = [a for dataset in results for a in by_dataset[dataset][0]]
+    fits: BlindFits = {}
+    for dataset in results:
+        fits.update(by_dataset[dataset][1])
+    return audits, fits
 
 
 def proposition_check(variants: Sequence[Variant], observed_auroc: float | None = None) -> dict[str, Any]:
@@ -112,11 +174,13 @@ def _auroc_or_none(unsafe: Sequence[bool], score: np.ndarray) -> float | None:
 
 def fit_controls(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CONTROLS,
                  eval_splits: Sequence[str] = ("validation", "test"), seed: int = DEFAULT_SEED,
-                 where: str = "variants", strict: bool = False) -> tuple[list[Variant], list[ControlResult]]:
+                 where: str = "variants", strict: bool = False,
+                 embedding_cache: Path | None = None) -> tuple[list[Variant], list[ControlResult]]:
     """Fit each control on the train split of ``variants`` (selecting on validation where it has
     choices) and predict the evaluation splits; returns (train, fitted). The train split must hold
     both classes. An evaluation split without both is an error when ``strict`` and otherwise left
-    out (a small sample), as long as one evaluation split remains."""
+    out (a small sample), as long as one evaluation split remains. ``embedding_cache``: where
+    ``blind_set`` reads its unit embeddings (:func:`~memsafe_lib.estimators.context.pretrained_embeddings`)."""
     splits = by_split(variants)
     for split in ("train", *eval_splits) if strict else ("train",):
         if {v.unsafe for v in splits.get(split, [])} != {True, False}:
@@ -127,7 +191,8 @@ def fit_controls(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CO
         raise ValueError(f"{where}: no evaluation split holds both unsafe and complete variants")
     fitted = []
     for name in controls:
-        model: Estimator = make_model(name, seed).fit(splits["train"], splits.get("validation"))
+        model: Estimator = make_model(name, seed, embedding_cache=embedding_cache).fit(splits["train"],
+                                                                                      splits.get("validation"))
         fitted += [ControlResult(name, s, splits[s], model.predict(splits[s])) for s in eval_splits]
     return splits["train"], fitted
 

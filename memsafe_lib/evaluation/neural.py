@@ -22,7 +22,7 @@ from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import CrossEncoder, VariantEncoding
 from memsafe_lib.encodings.stagea import StageAConfig, StageAResult, run_stage_a
-from memsafe_lib.estimators.context import NeuralContext, model_cache_dir
+from memsafe_lib.estimators.context import NeuralContext, model_cache_dir, pretrained_embeddings
 from memsafe_lib.estimators.memsafe import MemSafe
 from memsafe_lib.estimators.registry import FROZEN_MODELS, RELEVANCE_ONLY_MODELS
 from memsafe_lib.estimators.selection import best_index, validation_scores
@@ -76,7 +76,8 @@ def stage_a_for(result: ConstructionResult, scale: ScaleConfig, encoder_seed: in
     pool = pool_training(result, scale) if not frozen else []
     joint = len({v.dataset for v in result.variants}) > 1  # a gate trained on several datasets
     return run_stage_a(result.variants, stage_a, encoder_seed, stage_a_dir(scale, result.dataset), progress,
-                       pool_train=pool, encoder_dir=pooled_encoder_dir(scale) if pool or joint else None)
+                       pool_train=pool, encoder_dir=pooled_encoder_dir(scale) if pool or joint else None,
+                       ranker_cache=pretrained_embeddings(scale, result.dataset))
 
 
 def grid_file(scale: ScaleConfig) -> Path:

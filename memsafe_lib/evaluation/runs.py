@@ -24,11 +24,13 @@ import pandas as pd
 from memsafe_lib import config
 from memsafe_lib.config import ClinicalSetting, ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import default_device
+from memsafe_lib.estimators.blind import embed_units
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.registry import (
     LEXSET_VARIANTS,
     SET_MODELS,
+    fitted_once,
     frozen_representations,
     is_neural,
     make_model,
@@ -146,11 +148,14 @@ def fit_and_predict(model: str, seed: int, splits: dict[str, list[Variant]], cac
     return result
 
 
-SIDE_BY_SIDE_MODELS: frozenset[str] = SET_MODELS | {"concat_ce", "joint_8k", "lexset", *LEXSET_VARIANTS}
-"""Models whose seeded fits run side by side in worker processes: the Stage B set models, the
+SIDE_BY_SIDE_MODELS: frozenset[str] = SET_MODELS | {"concat_ce", "joint_8k", "lexset", *LEXSET_VARIANTS, "blind_set",
+                                                    "blind_unit", "blind_bow", "tfidf", "sc_tfidf"}
+"""Models whose fits run side by side in worker processes: the Stage B set models, the
 concatenated cross-encoder (fitted and scored with one thread,
-:data:`memsafe_lib.config.FINETUNE_THREADS`) and LexSet (one thread wherever it runs, see
-:func:`memsafe_lib.config.fit_threads`; fitted here, it would leave the other core idle)."""
+:data:`memsafe_lib.config.FINETUNE_THREADS`), LexSet and the question-blind set model (one
+thread wherever they run) and the text baselines that take more than a few seconds (one
+thread: :func:`memsafe_lib.config.fit_threads`). Fitted here, one after another, each would
+leave the other core idle: 36 minutes of a cold cpu run did (notebooks 02 and 07)."""
 
 
 @dataclass(frozen=True)
@@ -171,8 +176,12 @@ def pending_fits(result: ConstructionResult, jobs: Sequence[tuple[str, int]], sp
     fits do not run side by side here (no cache, not on CPU, one worker)."""
     if context is None or cache_dir is None or context.device != "cpu" or config.fit_workers() < 2:
         return None
-    todo = []
+    todo, queued = [], set()
     for model, seed in jobs:
+        if fitted_once(model):  # one fit serves every seed (evaluate): queue the first seed's
+            if model in queued:
+                continue
+            queued.add(model)
         if model in SIDE_BY_SIDE_MODELS:
             key = _cache_key(result.dataset, result.construction, model, seed, result, context)
             if not _cache_path(cache_dir, model, seed, key).exists():
@@ -201,7 +210,7 @@ def fit_batches(batches: Sequence[FitBatch | None]) -> list[dict[tuple[str, int]
 
     def longest_first(job: tuple[int, str, int, str]) -> tuple[int, int]:
         batch = batches[job[0]]
-        kind = 1 if job[1] in SET_MODELS else 0 if job[1] in ("concat_ce", "joint_8k") else 2
+        kind = 1 if job[1] in {*SET_MODELS, "blind_set"} else 0 if job[1] in ("concat_ce", "joint_8k") else 2
         return kind, -len(batch.splits["train"]) if batch else 0
 
     jobs.sort(key=longest_first)  # stable: seeds keep their order
@@ -218,7 +227,9 @@ def fit_batches(batches: Sequence[FitBatch | None]) -> list[dict[tuple[str, int]
     if models - SET_MODELS:  # named, so the time table can tell what the batch held
         named = (("Stage B", bool(models & SET_MODELS)), ("concatenated cross-encoder", "concat_ce" in models),
                  ("joint encoder", "joint_8k" in models),
-                 ("LexSet", any(m.startswith("lexset") for m in models)))
+                 ("LexSet", any(m.startswith("lexset") for m in models)),
+                 ("blind controls", bool(models & {"blind_set", "blind_unit", "blind_bow"})),
+                 ("TF-IDF", bool(models & {"tfidf", "sc_tfidf"})))
         kinds = [kind for kind, present in named if present]
         what = f"fits side by side ({', '.join(kinds)})"
     with step(f"{where}: {len(jobs)} {what}"):
@@ -264,6 +275,8 @@ def evaluate(
     fitted: dict[tuple[str, int | None], FitResult] = {}
     for model, seed in progress_bar(jobs, desc=f"evaluate {result.dataset}", disable=not progress):
         done = prefitted.get((model, seed)) or fitted.get((model, shared_fit(model, seed, context)))
+        if (model, seed) in prefitted and done.deterministic:
+            fitted[(model, shared_fit(model, seed, context))] = done  # serves the other seeds
         if (model, seed) not in prefitted and (done is None or not done.deterministic):
             key = None if cache_dir is None else _cache_key(result.dataset, result.construction, model, seed, result,
                                                             context)
@@ -348,6 +361,10 @@ def _prepare(request: EvaluationRequest, seeds: Sequence[int], scale: ScaleConfi
         context = build_context(result, scale, seeds, device=device or default_device(), progress=progress,
                                 finetuned=finetuned, frozen=frozen,
                                 frozen_representations=frozen_representations(request.models))
+    if context is not None and "blind_set" in request.models:
+        # here, on every core, before its fits read them from disk side by side
+        with step(f"{result.dataset}/{result.construction}: blind_set's unit embeddings"):
+            embed_units(result.variants, context.pretrained_embeddings, progress=progress)
     return _PreparedRun(request, loaded, result, splits, context,
                         scale.cache_dir(config.EVALUATE, request.dataset, result.construction))
 

@@ -27,8 +27,9 @@ from memsafe_lib.config import NeuralBudget
 from memsafe_lib.encodings.encoders import Pair, VariantEncoding, unit_string
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
-from memsafe_lib.estimators.registry import SET_MODELS, is_neural, make_model, seeds_for
+from memsafe_lib.estimators.registry import SET_MODELS, fitted_once, is_neural, make_model, seeds_for
 from memsafe_lib.evaluation.neural import OWN_ENCODER_MODELS, fit_inputs
+from memsafe_lib.evaluation.runs import SIDE_BY_SIDE_MODELS
 from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes
 from memsafe_lib.ledger import code_fingerprint
 from memsafe_lib.measures.metrics import average_precision, brier_score, expected_calibration_error, unsafe_auroc
@@ -132,7 +133,11 @@ def transfer(source: ConstructionResult, targets: dict[str, Sequence[Variant]], 
     done: dict[tuple[str, int], TransferResult] = {}
     todo: list[tuple[str, int, Path | None]] = []
     for model in models:
-        for seed in seeds_for(model, seeds):
+        # a deterministic model's one fit serves every seed (as in evaluate): the first seed's
+        fit_seeds = seeds_for(model, seeds)
+        if fitted_once(model):
+            fit_seeds = fit_seeds[:1]
+        for seed in fit_seeds:
             path = None
             if cache_dir is not None:
                 key = _cache_key(key_base, model, seed, context, windows)
@@ -143,17 +148,25 @@ def transfer(source: ConstructionResult, targets: dict[str, Sequence[Variant]], 
                         done[(model, seed)] = pickle.load(fh)
                     continue
             todo.append((model, seed, path))
-    together = [j for j in todo if j[0] in SET_MODELS]
+    together = [j for j in todo if j[0] in SIDE_BY_SIDE_MODELS]
+    together.sort(key=lambda j: j[0] not in SET_MODELS)  # the long set-model fits first, the short ones fill in
     shared = (splits, target_tests, context)
     if context is not None and context.device == "cpu" and config.fit_workers() >= 2 and len(together) >= 2:
-        with step(f"transfer {source.dataset}: {len(together)} Stage B fits side by side"):
+        kinds = "Stage B fits" if all(m in SET_MODELS for m, _, _ in together) else "fits (Stage B, LexSet, baselines)"
+        with step(f"transfer {source.dataset}: {len(together)} {kinds} side by side"):
             fits = side_by_side(_transfer_fit, together, (splits, target_tests, context.without_encoders()),
                                 label=f"transfer {source.dataset}")
         done.update({(m, s): fit for (m, s, _), fit in zip(together, fits, strict=True)})
     for model, seed, path in todo:
         if (model, seed) not in done:
             done[(model, seed)] = _transfer_fit(shared, (model, seed, path))
-    return [done[(model, seed)] for model in models for seed in seeds_for(model, seeds)]
+    out = []
+    for model in models:
+        first = seeds_for(model, seeds)[0]
+        for seed in seeds_for(model, seeds):
+            fit = done.get((model, seed)) or replace(done[(model, first)], seed=seed)  # deterministic: shared
+            out.append(fit)
+    return out
 
 
 # ---------------------------------------------------------------- what the window cuts

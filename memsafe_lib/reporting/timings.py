@@ -31,7 +31,7 @@ KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
                                 r"|Stage B fits side by side$"
                                 r"|fits side by side \(Stage B[^)]*\)$")),
     ("reader_and_judges", re.compile(r"^reader |judge ")),
-    ("other_estimators", re.compile(r"seed \d+: fit and predict$|^transfer ")),
+    ("other_estimators", re.compile(r"seed \d+: fit and predict$|^transfer |fits side by side \(")),
 )
 """(column, what a step's text matches); the first match wins. A worker batch that mixes Stage B
 fits with other seeded fits (the concatenated cross-encoder's, LexSet's; the message names
