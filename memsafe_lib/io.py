@@ -112,6 +112,19 @@ def read_csv(path: Path) -> pd.DataFrame:
     return pd.read_csv(BytesIO(raw))
 
 
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``.<name>.lock`` beside ``path`` inside the block, so processes
+    that read, change and replace the same file (two notebooks finishing at once) take turns
+    instead of one replacing the file with a copy that lacks the other's change."""
+    import fcntl  # lazy: POSIX only, like the machines the runs are made on
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def replace_row(path: Path, row: dict[str, Any], key: str) -> pd.DataFrame:
     """The table at ``path`` (if any) with the row whose ``key`` equals ``row[key]`` replaced
     by ``row`` (or ``row`` appended): one row per notebook or command in the run-time tables."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import datetime as _dt
-import fcntl
 import importlib.metadata
 import json
 import platform
@@ -25,7 +24,7 @@ from typing import Any
 from memsafe_lib import __version__, config, precision
 from memsafe_lib.config import ScaleConfig
 from memsafe_lib.data.records import RawFile
-from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes, sha256_file
+from memsafe_lib.io import atomic_open, canonical_json, file_lock, sha256_bytes, sha256_file
 
 
 def code_fingerprint() -> str:
@@ -134,9 +133,7 @@ def append_entry(path: Path, entry: Mapping[str, Any]) -> None:
     """Append one line to ``path``: read, add, replace atomically, all while holding an
     exclusive lock on ``.<name>.lock`` beside it, so concurrent writers serialise instead of one
     replacing the file with a copy that lacks the other's entry."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(path):
         previous = path.read_text(encoding="utf-8") if path.exists() else ""
         with atomic_open(path) as fh:
             fh.write(previous + json.dumps(entry, sort_keys=True) + "\n")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from memsafe_lib import config, precision
 from memsafe_lib.config import ScaleConfig
-from memsafe_lib.io import canonical_json, replace_row, sha256_bytes, sha256_file, write_csv, write_json
+from memsafe_lib.io import canonical_json, file_lock, replace_row, sha256_bytes, sha256_file, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, cpu_model, record_run
 from memsafe_lib.progress import step
 
@@ -123,7 +123,8 @@ def _record_run_time(name: str, scale: ScaleConfig, seconds: float, executed: Pa
            "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "code": code_fingerprint()[:12],
            "cpu": cpu_model(), "bf16_units": precision.bf16_native("cpu"), "bf16_mode": precision.mode()}
     table = scale.run_dir / config.RUN_TIMES_FILE
-    write_csv(table, replace_row(table, row, key="notebook").sort_values("notebook"))
+    with file_lock(table):  # notebooks that share no inputs may finish side by side (make test)
+        write_csv(table, replace_row(table, row, key="notebook").sort_values("notebook"))
     record_run(f"notebook-run:{name}", scale, settings={"notebook": name, "threads": [row["fit_threads"],
                                                                                       row["torch_threads"]]},
                outputs=[executed, table], metrics={"seconds": round(seconds, 1)})

@@ -23,7 +23,8 @@ def pytest_configure(config: pytest.Config) -> None:
     configure_threads()
 
 
-SMOKE_NOTEBOOKS = "test_notebooks.py::test_notebook_runs_at_smoke_scale"
+SMOKE_NOTEBOOKS = ("test_notebooks.py::test_notebook_runs_at_smoke_scale",
+                   "test_notebooks_apart.py::test_notebook_runs_at_smoke_scale_apart")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -31,14 +32,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The smoke notebooks first, for `--dist loadfile`.
 
     `make test` hands each test module whole to one worker (`--dist loadfile`; a module's
-    fixtures are built once). The seven smoke notebooks must run on one worker, in order: each
-    appends to the smoke ledger and run_times.csv and checks its own last entries there, and
-    notebooks 04-06 read what 02 wrote. They are about two thirds of the suite, so their module
-    starts first and the other worker takes every other module beside it (with
-    `--no-loadscope-reorder`, xdist keeps this order). `--dist loadgroup` with `xdist_group`
-    marks added here did not group them: xdist 3.8 split the parametrized notebooks over both
-    workers, and 02 and 03 interleaved their ledger entries."""
-    items.sort(key=lambda item: SMOKE_NOTEBOOKS not in item.nodeid)  # stable: order kept within each part
+    fixtures are built once). Notebooks 02-06 must run on one worker, in order: 03-06 read what
+    02 wrote. 01 and 07 read nothing another notebook writes, so they sit in a module of their
+    own, which xdist's first round hands to the other worker: the two chains run side by side
+    and every other module fills in after them (with `--no-loadscope-reorder`, xdist keeps this
+    order). Each notebook finds its own entries in the smoke ledger, and run_times.csv and the
+    hypotheses table are written under a file lock. `--dist loadgroup` with `xdist_group` marks
+    did not group the chain: xdist 3.8 split the parametrized notebooks over both workers."""
+    items.sort(key=lambda item: not any(n in item.nodeid for n in SMOKE_NOTEBOOKS))  # stable within each part
 
 
 FIXTURES = Path(__file__).parent / "fixtures"

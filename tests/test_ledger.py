@@ -107,3 +107,28 @@ def test_stage_b_code_excludes_notebooks_reports_and_readers() -> None:
             "memsafe_lib/measures/metrics.py"} <= files
     assert not {f for f in files if f.startswith(("memsafe_lib/reporting", "memsafe_lib/evaluation", "notebooks"))}
     assert "memsafe_lib/estimators/reader.py" not in files
+
+
+def _count_up(path: str, times: int) -> None:
+    from memsafe_lib.io import file_lock
+
+    for _ in range(times):
+        with file_lock(Path(path)):
+            value = int(Path(path).read_text()) if Path(path).exists() else 0
+            Path(path).write_text(str(value + 1))
+
+
+def test_file_lock_lets_processes_change_one_file_in_turn(tmp_path: Path) -> None:
+    """Two notebooks finishing at once (make test runs 01 and 07 beside 02-06) each read, change
+    and replace run_times.csv and the hypotheses table: under the lock no change is lost."""
+    import multiprocessing
+
+    path = tmp_path / "counter.txt"
+    ctx = multiprocessing.get_context("spawn")
+    workers = [ctx.Process(target=_count_up, args=(str(path), 200)) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert [w.exitcode for w in workers] == [0, 0]
+    assert int(path.read_text()) == 400

@@ -21,7 +21,7 @@ import pandas as pd
 
 from memsafe_lib import config
 from memsafe_lib.config import FAMILY_A_DATASETS, ScaleConfig
-from memsafe_lib.io import write_csv, write_json
+from memsafe_lib.io import file_lock, write_csv, write_json
 from memsafe_lib.ledger import record_run
 from memsafe_lib.measures.inference import METRICS
 
@@ -366,11 +366,12 @@ def write_hypotheses_table(scale: ScaleConfig) -> Path:
     runs last leaves the table in step with every verdict file (and the ledger's latest
     entry for the table matches its bytes)."""
     run_dir = scale.run_dir
-    table = hypotheses_table(run_dir)
-    path = write_csv(run_dir / config.HYPOTHESES_FILE, table)
-    inputs = [run_dir / s for s in table.source if (run_dir / s).exists()]
-    record_run("hypotheses", scale, inputs=inputs, outputs=[path],
-               metrics={"hypotheses": table.set_index("id")["status"].to_dict()})
+    with file_lock(run_dir / config.HYPOTHESES_FILE):  # notebooks side by side: one table at a time
+        table = hypotheses_table(run_dir)
+        path = write_csv(run_dir / config.HYPOTHESES_FILE, table)
+        inputs = [run_dir / s for s in table.source if (run_dir / s).exists()]
+        record_run("hypotheses", scale, inputs=inputs, outputs=[path],
+                   metrics={"hypotheses": table.set_index("id")["status"].to_dict()})
     return path
 
 
