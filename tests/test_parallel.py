@@ -66,14 +66,19 @@ def test_stage_b_trains_and_predicts_on_one_thread_and_restores_the_setting(monk
         torch.set_num_threads(before)
 
 
-def test_evaluate_side_by_side_equals_one_after_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _synthetic_run() -> tuple[list[C.Variant], C.ConstructionResult, NeuralContext]:
+    """60 synthetic questions split 2:1:1, their planted Stage A encodings and a one-encoder context."""
     variants, enc = _variants_and_encodings(60)
     splits = ["train", "train", "validation", "test"]
     variants = [replace(v, split=splits[int(v.base_id[1:]) % 4]) for v in variants]
     result = C.ConstructionResult("synthetic", "size-matched", variants, [])
     stage_a = StageAResult(enc, (), None, EncodeStats(), (0, 0))  # type: ignore[arg-type]
     scale = replace(SCALES["smoke"], neural=replace(SCALES["smoke"].neural, encoder_seeds=(17,)))
-    context = NeuralContext("synthetic", scale, {17: stage_a}, {"width": 16, "heads": 2, "epochs": 2})
+    return variants, result, NeuralContext("synthetic", scale, {17: stage_a}, {"width": 16, "heads": 2, "epochs": 2})
+
+
+def test_evaluate_side_by_side_equals_one_after_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    variants, result, context = _synthetic_run()
     frames = []
     for workers in ("2", "1"):
         monkeypatch.setenv(FIT_WORKERS_ENV, workers)
@@ -188,13 +193,7 @@ def test_blind_controls_and_text_baselines_fit_side_by_side_as_one_after_another
     deterministic one is queued once and serves every seed; the numbers equal those of the
     one-after-another path, and the question-blind set model reads its unit embeddings from the
     run's shared cache, filled here before the batch."""
-    variants, enc = _variants_and_encodings(60)
-    splits = ["train", "train", "validation", "test"]
-    variants = [replace(v, split=splits[int(v.base_id[1:]) % 4]) for v in variants]
-    result = C.ConstructionResult("synthetic", "size-matched", variants, [])
-    stage_a = StageAResult(enc, (), None, EncodeStats(), (0, 0))  # type: ignore[arg-type]
-    scale = replace(SCALES["smoke"], neural=replace(SCALES["smoke"].neural, encoder_seeds=(17,)))
-    context = NeuralContext("synthetic", scale, {17: stage_a}, {"width": 16, "heads": 2, "epochs": 2})
+    variants, result, context = _synthetic_run()
     models, seeds = ["tfidf", "blind_unit", "blind_set"], [17, 29]
     jobs = [(m, s) for m in models for s in seeds]
 
