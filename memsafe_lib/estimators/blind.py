@@ -198,10 +198,14 @@ class BlindUnitEvidence:
                            unit_scores=unit_scores)
 
 
+BLIND_WINDOW = 128
+"""Tokens of a unit the question-blind set model embeds (Stage A's window at cpu, so its
+embeddings are the ranker's there)."""
 _EMBEDDERS: dict[tuple[str, int, str], BiEncoder] = {}
 
 
-def unit_embedder(model: str = PACKAGED_ENCODER, max_length: int = 128, cache: Path | None = None) -> BiEncoder:
+def unit_embedder(model: str = PACKAGED_ENCODER, max_length: int = BLIND_WINDOW,
+                  cache: Path | None = None) -> BiEncoder:
     """The process's query-free unit embedder for (model, window, disk cache): the pretrained
     sentence encoder read as a bi-encoder in fp32, exactly as Stage A's ranker reads it
     (:func:`~memsafe_lib.encodings.encoders.make_ranker`), so the two share every cached
@@ -222,7 +226,8 @@ def blind_unit_texts(variants: Sequence[Variant]) -> list[str]:
     return [unit_string(u.title, u.text) for v in variants for u in v.units]
 
 
-def embed_units(variants: Sequence[Variant], cache: Path, model: str = PACKAGED_ENCODER, max_length: int = 128,
+def embed_units(variants: Sequence[Variant], cache: Path, model: str = PACKAGED_ENCODER,
+                max_length: int = BLIND_WINDOW,
                 progress: bool = True) -> int:
     """Fill ``cache`` with the embeddings ``blind_set`` will read for ``variants``, here (every
     core of this process) before fits side by side read them from disk; returns the distinct texts."""
@@ -240,7 +245,7 @@ class BlindSet:
     deterministic = False
 
     def __init__(self, seed: int = DEFAULT_SEED, *, epochs: int = 30, patience: int | None = 10,
-                 model: str = PACKAGED_ENCODER, max_length: int = 128, device: str = "cpu",
+                 model: str = PACKAGED_ENCODER, max_length: int = BLIND_WINDOW, device: str = "cpu",
                  embedding_cache: Path | None = None) -> None:
         self.seed = seed
         self.embedding_cache = embedding_cache

@@ -24,7 +24,7 @@ import pandas as pd
 from memsafe_lib import config
 from memsafe_lib.config import ClinicalSetting, ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import default_device
-from memsafe_lib.estimators.blind import embed_units
+from memsafe_lib.estimators.blind import BLIND_CONTROLS, embed_units
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.registry import (
@@ -228,7 +228,7 @@ def fit_batches(batches: Sequence[FitBatch | None]) -> list[dict[tuple[str, int]
         named = (("Stage B", bool(models & SET_MODELS)), ("concatenated cross-encoder", "concat_ce" in models),
                  ("joint encoder", "joint_8k" in models),
                  ("LexSet", any(m.startswith("lexset") for m in models)),
-                 ("blind controls", bool(models & {"blind_set", "blind_unit", "blind_bow"})),
+                 ("blind controls", bool(models & set(BLIND_CONTROLS))),
                  ("TF-IDF", bool(models & {"tfidf", "sc_tfidf"})))
         kinds = [kind for kind, present in named if present]
         what = f"fits side by side ({', '.join(kinds)})"
