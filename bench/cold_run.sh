@@ -24,6 +24,9 @@
 # ADOPT=1: afterwards, bring the clone's results into this checkout (bench/adopt_cold_run.py,
 # which refuses if this checkout's code changed meanwhile), regenerate the step table and the
 # report, and verify; nothing of it is timed.
+# Busy cores: bench/cpu_busy.py samples the machine every 10 s into the clone's
+# artifacts/scratch/cpu_busy.txt while the notebooks run (a resumed part started by hand can
+# start it again; it appends); `bench/cpu_busy.py summarize` splits the samples by notebook.
 # Environment: SCALE (default cpu), MEMSAFE_DATA_DIR (default: ../shared/data beside the clone).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -47,11 +50,16 @@ from memsafe_lib.threads import configure_threads
 configure_threads()
 print(select_stage_b(config.scale_config('$scale')))"
 fi
+mkdir -p artifacts/scratch
+.venv/bin/python bench/cpu_busy.py sample --out artifacts/scratch/cpu_busy.txt --every 10 &
+sampler=$!
+trap 'kill "$sampler" 2>/dev/null || true' EXIT
 for notebook in "$@"; do
     date -u +"$notebook start %FT%TZ"
     .venv/bin/memsafe notebook "$notebook" --scale "$scale" --record
 done
 date -u +"end %FT%TZ"
+kill "$sampler" 2>/dev/null || true
 tail -n "$#" "artifacts/$scale/run_times.csv"
 if [ "${ADOPT:-0}" = 1 ]; then
     cd "$repo"
