@@ -34,6 +34,7 @@ from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.estimators.judge import LLMJudge
 from memsafe_lib.estimators.llm import LLM_BACKEND_ENV, LanguageModel, load_model
 from memsafe_lib.estimators.reader import reader_messages
+from memsafe_lib.ledger import cpu_model
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import COMPLETE
 from memsafe_lib.variants.store import build
@@ -103,10 +104,13 @@ def main() -> None:
         r["same_output_as_first_backend"] = r["answer"] == first[(r["pass"], r["variant_id"])]
     table = pd.DataFrame(rows).drop(columns=["answer"])
     table["threads"] = config.torch_threads()
+    table["cpu"] = cpu_model()
     columns = ["wall_s", "compute_share", "tokens_evaluated", "prompt_tokens", "prompt_tok_s", "load_s"]
     summary = table.groupby(["backend", "pass"], sort=False)[columns].mean().round(3)
     print(summary.to_string())
-    save_report("llm-rate", f"llm_rate_{args.dataset}", args, loaded.files,
+    # another model than notebook 06's keeps its own file beside the reader's
+    suffix = "" if args.model == READER else "_" + args.model.replace(".", "_").replace("/", "_")
+    save_report("llm-rate", f"llm_rate_{args.dataset}{suffix}", args, loaded.files,
                 {"model": args.model, "memories": len(test), "passes": summary.reset_index().to_dict(orient="records")},
                 table=table)
 
