@@ -71,6 +71,7 @@ def main() -> None:
     parser.add_argument("--shots", type=int, default=4)
     parser.add_argument("--n-ctx", type=int, default=16384)
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--tag", default="", help="appended to the output file name, to keep a record beside another")
     parser.add_argument("--backends", default="llama.cpp,transformers", help="MEMSAFE_LLM_BACKEND values, in order")
     args = parser.parse_args()
     configure_threads()
@@ -110,6 +111,7 @@ def main() -> None:
     print(summary.to_string())
     # another model than notebook 06's keeps its own file beside the reader's
     suffix = "" if args.model == READER else "_" + args.model.replace(".", "_").replace("/", "_")
+    suffix += f"_{args.tag}" if args.tag else ""
     save_report("llm-rate", f"llm_rate_{args.dataset}{suffix}", args, loaded.files,
                 {"model": args.model, "memories": len(test), "passes": summary.reset_index().to_dict(orient="records")},
                 table=table)
