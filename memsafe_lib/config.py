@@ -397,6 +397,9 @@ SCALES: dict[str, ScaleConfig] = {
         # epochs, 24 training memories for the concatenated cross-encoder, one judged question,
         # 90 clinical questions with two curve points, one learning-curve point in notebook 03
         # (see LEARNING_CURVE_03), and one read question in notebook 06 (its parameters cell).
+        # The joint encoder's code path reads twice the concatenated cross-encoder's window (256
+        # tokens, not the stand-in's 512: on the AVX2-only EPYC its MuSiQue fit alone took 4.0
+        # of notebook 02's minutes at 512).
         # Stage A is pooled over the three QA datasets as at cpu (one fold-encoder pair tuned
         # on 64 pairs per dataset per fold serves all three: the same steps as three pairs),
         # so CI runs the path the cpu results take.
@@ -406,7 +409,7 @@ SCALES: dict[str, ScaleConfig] = {
         neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=32,
                             stage_a_pool=FAMILY_A_DATASETS, finetune_max_pairs=64, stage_b_epochs=4, stage_b_bf16=True,
                             full_grid=False, concat_max_train=24, concat_max_length=128,
-                            joint_encoder=PACKAGED_ENCODER, joint_max_length=STANDIN_WINDOW,
+                            joint_encoder=PACKAGED_ENCODER, joint_max_length=2 * 128,
                             judge_max_base_queries=1),
         clinical=ClinicalBudget(credentialed=False, settings=(ClinicalSetting("mimic-omr", 1.0, 90),
                                           ClinicalSetting("mimic-labs", 1.0, 90)),

@@ -310,3 +310,26 @@ def test_paper_scale_reads_credentialed_mimic_and_refuses_the_demo(tmp_path: Pat
     synthetic_omr(tmp_path, patients=3)  # both present: the demo now holds fewer patients
     assert M.load_clinical("mimic-omr", tmp_path, credentialed=True).patients == 6
     assert M.load_clinical("mimic-omr", tmp_path).patients == 3  # cpu and smoke keep the demo
+
+
+def test_fillers_are_ordered_only_for_the_triples_a_cap_keeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ordering a triple's fillers hashes every earlier event of its patient; on the demo's lab
+    table that was 34 million hashes for 19,000 triples, of which a cap of 90 questions keeps 15.
+    With a cap, only the kept triples' fillers are ordered, and the variants are the same as the
+    uncapped build's for those triples (their fillers do not depend on the cap)."""
+    synthetic_omr(tmp_path, patients=8, visits=6, heights=True)
+    load = M.load_clinical("mimic-omr", tmp_path)
+    full = CL.build_clinical(load, memory_size=4)
+    calls: list[str] = []
+    real_rank = CL.hash_rank
+    monkeypatch.setattr(CL, "hash_rank", lambda text, salt: (calls.append(salt), real_rank(text, salt))[1])
+    capped = CL.build_clinical(load, memory_size=4, question_cap=12)
+    assert len({v.base_id for v in capped.variants}) == 12  # two whole triples of six questions
+    longest_history = max(Counter(e.patient for e in load.events).values())
+    # one ordering per kept triple, each hashing at most its patient's history; the uncapped
+    # build ordered every triple's (far more: one per triple, several per patient)
+    assert 0 < calls.count(CL.FILLER_SALT) <= 2 * longest_history
+    by_id = {v.variant_id: v for v in full.variants}
+    for v in capped.variants:
+        assert [(u.unit_id, u.is_evidence) for u in v.units] == [(u.unit_id, u.is_evidence)
+                                                                 for u in by_id[v.variant_id].units]

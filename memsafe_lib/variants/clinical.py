@@ -182,13 +182,16 @@ def _triples(load: ClinicalLoad, patient_fraction: float, kinds: Sequence[Kind],
     return found, histories
 
 
-def _fillers(t: _Triple, history: Sequence[Event], count: int) -> tuple[Event, ...] | None:
-    """The first ``count`` events of other measurements before the query day, in salted-hash
-    order of the triple; None when there are fewer."""
+def _filler_pool(t: _Triple, history: Sequence[Event]) -> list[Event]:
+    """Events of the measurements the triple does not ask about, before its query day."""
     asked = {m.measurement for m in t.members}
-    pool = [e for e in history[: t.history] if e.measurement not in asked]
-    if len(pool) < count:
-        return None
+    return [e for e in history[: t.history] if e.measurement not in asked]
+
+
+def _fillers(pool: Sequence[Event], t: _Triple, count: int) -> tuple[Event, ...]:
+    """The first ``count`` events of ``pool`` in salted-hash order of the triple. Hashing a
+    pool costs one SHA-256 per earlier event of the patient, so it is done only for the
+    triples a question cap keeps (the lab table has 19,000 triples; smoke keeps 15)."""
     return tuple(sorted(pool, key=lambda e: (hash_rank(f"{t.stable}\x1f{e.order}", FILLER_SALT), e.order))[:count])
 
 
@@ -197,18 +200,18 @@ def _split_of(t: _Triple) -> str:
     return assign_split(t.members[0].older.cohort_key or t.patient)
 
 
-def _capped(filled: Sequence[tuple[_Triple, tuple[Event, ...]]], keep: int) -> set[str]:
+def _capped(filled: Sequence[_Triple], keep: int) -> set[str]:
     """The ``keep`` triples a question cap keeps, in salted-hash order, stratified by split: each
     split first gets its share of ``keep`` (at least one triple where it has any), the rest goes
     in hash order, so a small cap still has validation and test questions."""
-    ranked = sorted(filled, key=lambda x: (hash_rank(x[0].stable, CAP_SALT), x[0].stable))
+    ranked = sorted(filled, key=lambda t: (hash_rank(t.stable, CAP_SALT), t.stable))
     by_split: dict[str, list[str]] = defaultdict(list)
-    for t, _ in ranked:
+    for t in ranked:
         by_split[_split_of(t)].append(t.stable)
     kept: set[str] = set()
     for stables in by_split.values():
         kept.update(stables[: max(1, keep * len(stables) // len(ranked))])
-    for t, _ in ranked:
+    for t in ranked:
         if len(kept) >= keep:
             break
         kept.add(t.stable)
@@ -225,23 +228,24 @@ def build_clinical(load: ClinicalLoad, *, memory_size: int = 8, patient_fraction
         raise ValueError(f"memory_size must be at least {max(slots[k] for k in kinds)} (the slots of a memory)")
     exclusions: list[Exclusion] = []
     triples, histories = _triples(load, patient_fraction, kinds, exclusions)
-    filled: list[tuple[_Triple, tuple[Event, ...]]] = []
+    n_fillers = memory_size - min(slots[k] for k in kinds)
+    filled: list[_Triple] = []
     for t in triples:
-        fillers = _fillers(t, histories[t.patient], memory_size - min(slots[k] for k in kinds))
-        if fillers is None:
+        if len(_filler_pool(t, histories[t.patient])) < n_fillers:
             for m in t.members:
                 exclusions.extend(Exclusion(load.dataset, f"{m.key}-{kind}", TOO_FEW_FILLERS, "", -1, CLINICAL)
                                   for kind in kinds)
         else:
-            filled.append((t, fillers))
+            filled.append(t)
     per_triple = TRIPLE * len(kinds)
     if question_cap is not None and len(filled) * per_triple > question_cap:
         kept = _capped(filled, max(question_cap // per_triple, 1))
         exclusions += [Exclusion(load.dataset, f"{m.key}-{kind}", CAPPED, "", -1, CLINICAL)
-                       for t, _ in filled if t.stable not in kept for m in t.members for kind in kinds]
-        filled = [x for x in filled if x[0].stable in kept]
+                       for t in filled if t.stable not in kept for m in t.members for kind in kinds]
+        filled = [t for t in filled if t.stable in kept]
     variants: list[Variant] = []
-    for t, fillers in filled:
+    for t in filled:
+        fillers = _fillers(_filler_pool(t, histories[t.patient]), t, n_fillers)
         history = histories[t.patient]
         first_of_day: dict[int, int] = {}
         for i, e in enumerate(history[: t.history]):
