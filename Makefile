@@ -61,12 +61,15 @@ browser: install
 # Two pytest-xdist workers of one thread each (tests/conftest.py): the smoke notebooks, two
 # thirds of the suite, run in order on one worker while the other takes every other module;
 # nbval then re-runs the executed notebooks two at a time (each one whole on one worker, as
-# nbval asks of xdist). The last step re-checks the
+# nbval asks of xdist), into the same smoke tree (MEMSAFE_RECORD=1), so every fit, encoding and
+# LLM answer comes back from the caches the first run filled: the checked outputs must survive
+# a resumed run. (Without it they re-ran in a scratch tree, refitting most models: 7 of the 50
+# minutes on the AVX2-only EPYC.) The last step re-checks the
 # committed cpu run (raw files -> ledger -> tables -> REPORT).
 TEST_WORKERS ?= 2
 test: install browser
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
-	MEMSAFE_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --nbval-lax --nbval-current-env \
+	MEMSAFE_THREADS=1 MEMSAFE_RECORD=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --nbval-lax --nbval-current-env \
 		-p no:cacheprovider artifacts/smoke/*/*.ipynb
 	$(BIN)/memsafe verify --scale cpu
 
