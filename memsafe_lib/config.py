@@ -393,23 +393,25 @@ SCALES: dict[str, ScaleConfig] = {
         # budget, and 80 questions at 64 tokens with 192 fine-tuning pairs still took about 60
         # minutes (artifacts/cpu/bench/command_history.csv). Hence 60 questions, 32-token pairs
         # (encoding is linear in tokens; fixed costs such as worker start-up are not, which is
-        # why fewer pairs and epochs alone gained little), 64 pairs per fold encoder, 4 Stage B
-        # epochs, 24 training memories for the concatenated cross-encoder, one judged question,
+        # why fewer pairs and epochs alone gained little), 32 pairs per dataset per fold encoder,
+        # 4 Stage B epochs, 24 training memories for the concatenated cross-encoder at 64 tokens,
+        # one judged question,
         # 90 clinical questions with two curve points, one learning-curve point in notebook 03
         # (see LEARNING_CURVE_03), and one read question in notebook 06 (its parameters cell).
-        # The joint encoder's code path reads twice the concatenated cross-encoder's window (256
+        # The joint encoder's code path reads twice the concatenated cross-encoder's window (128
         # tokens, not the stand-in's 512: on the AVX2-only EPYC its MuSiQue fit alone took 4.0
-        # of notebook 02's minutes at 512).
+        # of notebook 02's minutes at 512). The last cuts (fine-tuning pairs 64 -> 32, windows
+        # 128/256 -> 64/128) brought `make test` there from 32 minutes toward its 30.
         # Stage A is pooled over the three QA datasets as at cpu (one fold-encoder pair tuned
-        # on 64 pairs per dataset per fold serves all three: the same steps as three pairs),
+        # on 32 pairs per dataset per fold serves all three: the same steps as three pairs),
         # so CI runs the path the cpu results take.
         max_base_queries=60,
         seeds=PAPER_SEEDS[:1],
         description="CI: every notebook on small real subsets, minutes on 2 CPU cores.",
         neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=32,
-                            stage_a_pool=FAMILY_A_DATASETS, finetune_max_pairs=64, stage_b_epochs=4, stage_b_bf16=True,
-                            full_grid=False, concat_max_train=24, concat_max_length=128,
-                            joint_encoder=PACKAGED_ENCODER, joint_max_length=2 * 128,
+                            stage_a_pool=FAMILY_A_DATASETS, finetune_max_pairs=32, stage_b_epochs=4, stage_b_bf16=True,
+                            full_grid=False, concat_max_train=24, concat_max_length=64,
+                            joint_encoder=PACKAGED_ENCODER, joint_max_length=2 * 64,
                             judge_max_base_queries=1),
         clinical=ClinicalBudget(credentialed=False, settings=(ClinicalSetting("mimic-omr", 1.0, 90),
                                           ClinicalSetting("mimic-labs", 1.0, 90)),

@@ -168,7 +168,7 @@ fig
 # `Alibaba-NLP/gte-reranker-modernbert-base` at 8,192 tokens; the paper names no checkpoint).
 # Without a GPU it is the packaged all-MiniLM-L6-v2: the code path, not the paper's row. At
 # `cpu` that model at its longest window (512 tokens) is the concatenated cross-encoder itself,
-# so it is not run there; smoke runs it at twice its concatenated window (256 against 128).
+# so it is not run there; smoke runs it at twice its concatenated window (128 against 64).
 # Datasets: `joint_datasets` (the paper: MuSiQue and HotpotQA).
 
 # %%

@@ -120,9 +120,10 @@ def test_with_encoder_and_budgets_change_the_key_of_what_reads_them() -> None:
     for fields in ({"stage_b_epochs": 9}, {"stage_b_bf16": False}, {"stage_b_patience": 3}, {"full_grid": True}):
         assert key("memsafe", budget(**fields)) != key("memsafe", base), fields
         assert key("relevance_agg", budget(**fields)) == key("relevance_agg", base), fields  # no set model
-    for fields in ({"max_length": 64}, {"finetune_max_pairs": 8}, {"finetune_lr": 1e-3}, {"encoder_pooling": "cls"}):
+    for fields in ({"max_length": 2 * scale.neural.max_length}, {"finetune_max_pairs": 8}, {"finetune_lr": 1e-3},
+                   {"encoder_pooling": "cls"}):
         assert key("relevance_agg", budget(**fields)) != key("relevance_agg", base), fields
-    for fields in ({"concat_max_train": 5}, {"concat_max_length": 64}):
+    for fields in ({"concat_max_train": 5}, {"concat_max_length": 2 * scale.neural.concat_max_length}):
         assert key("concat_ce", budget(**fields)) != key("concat_ce", base), fields
         assert key("memsafe", budget(**fields)) == key("memsafe", base), fields
     selected = hand_context(scale, enc, frozen=True)
