@@ -6,6 +6,12 @@ output goes to ``artifacts/scratch/`` (never committed: it holds this machine's 
 row per command label in ``artifacts/<scale>/bench/commands.csv`` (the latest measurement
 replaces an older one).
 
+The command gets an empty private cache of its own (``MEMSAFE_PRIVATE_CACHE``, removed
+afterwards): this machine's ``~/.cache/memsafe`` keeps clinical Stage A encoders and encodings
+across clones, so a fresh clone alone is not a cold run. The assembled and converted model
+weights (``MEMSAFE_MODEL_DIR``) stay, as an installed package would; ``--keep-private-cache``
+times with the machine's cache as it is.
+
     git clone -q . "$CLONE"
     MEMSAFE_RECORD=1 .venv/bin/python bench/time_command.py --label "make test (fresh clone)" \\
         --cwd "$CLONE" -- bash .ci/run
@@ -17,7 +23,9 @@ import argparse
 import datetime as dt
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,6 +50,8 @@ def main() -> None:
     parser.add_argument("--cwd", default=str(config.REPO_ROOT))
     parser.add_argument("--scale", default="cpu", help="where the result is written (artifacts/<scale>/bench)")
     parser.add_argument("--note", default="", help="conditions worth stating (busy machine, warm caches, ...)")
+    parser.add_argument("--keep-private-cache", action="store_true",
+                        help="run with this machine's private cache instead of an empty one (not a cold run)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -55,11 +65,19 @@ def main() -> None:
     # The command starts as from a fresh shell: this script's own --record and artifacts
     # location must not leak into it (MEMSAFE_DATA_DIR and MEMSAFE_THREADS do pass).
     env = {k: v for k, v in os.environ.items() if k not in {config.RECORD_ENV, "MEMSAFE_ARTIFACTS_DIR"}}
-    with open(log, "w") as fh:
-        rc = subprocess.run(command, cwd=args.cwd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+    private = None if args.keep_private_cache else Path(tempfile.mkdtemp(prefix="memsafe-private-"))
+    cache_note = "this machine's private cache" if private is None else "an empty private cache"
+    if private is not None:
+        env["MEMSAFE_PRIVATE_CACHE"] = str(private)
+    try:
+        with open(log, "w") as fh:
+            rc = subprocess.run(command, cwd=args.cwd, stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
+    finally:
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
     seconds = time.monotonic() - start
     row = {"command": args.label, "argv": " ".join(command), "exit_code": rc, "minutes": round(seconds / 60, 1),
-           "cores": os.cpu_count() or 1, "note": args.note, "commit": commit,
+           "cores": os.cpu_count() or 1, "note": "; ".join(filter(None, [args.note, cache_note])), "commit": commit,
            "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     scale = config.scale_config(args.scale)
     table = replace_row(scale.output_dir(config.BENCH) / "commands.csv", row, key="command")

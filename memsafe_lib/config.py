@@ -400,8 +400,8 @@ SCALES: dict[str, ScaleConfig] = {
         # (see LEARNING_CURVE_03), and one read question in notebook 06 (its parameters cell).
         # The joint encoder's code path reads twice the concatenated cross-encoder's window (128
         # tokens, not the stand-in's 512: on the AVX2-only EPYC its MuSiQue fit alone took 4.0
-        # of notebook 02's minutes at 512). The last cuts (fine-tuning pairs 64 -> 32, windows
-        # 128/256 -> 64/128) brought `make test` there from 32 minutes toward its 30.
+        # of notebook 02's minutes at 512). Fine-tuning pairs 64 -> 32 and windows 128/256 ->
+        # 64/128 gained little there (notebook 03 6.7 -> 5.7 min, 02 13.5 -> 13.2).
         # Stage A is pooled over the three QA datasets as at cpu (one fold-encoder pair tuned
         # on 32 pairs per dataset per fold serves all three: the same steps as three pairs),
         # so CI runs the path the cpu results take.
