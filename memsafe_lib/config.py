@@ -395,9 +395,9 @@ SCALES: dict[str, ScaleConfig] = {
         # (encoding is linear in tokens; fixed costs such as worker start-up are not, which is
         # why fewer pairs and epochs alone gained little), 32 pairs per dataset per fold encoder,
         # 4 Stage B epochs, 24 training memories for the concatenated cross-encoder at 64 tokens,
-        # one judged question,
-        # 90 clinical questions with two curve points, one learning-curve point in notebook 03
-        # (see LEARNING_CURVE_03), and one read question in notebook 06 (its parameters cell).
+        # one judged question, 90 clinical questions with two curve points, one learning-curve
+        # point in notebook 03 (see LEARNING_CURVE_03), and one read question in notebook 06
+        # (its parameters cell).
         # The joint encoder's code path reads twice the concatenated cross-encoder's window (128
         # tokens, not the stand-in's 512: on the AVX2-only EPYC its MuSiQue fit alone took 4.0
         # of notebook 02's minutes at 512). Fine-tuning pairs 64 -> 32 and windows 128/256 ->

@@ -207,6 +207,8 @@ set model's embeddings are the ranker's at every scale and each unit is embedded
 def blind_window(scale: ScaleConfig) -> int:
     """The window the question-blind set model reads units at under ``scale``: its Stage A window."""
     return scale.neural.max_length
+
+
 _EMBEDDERS: dict[tuple[str, int, str], BiEncoder] = {}
 
 
