@@ -20,6 +20,9 @@ from memsafe_lib.estimators.blind import (
     BlindUnitEvidence,
     QuestionOnly,
 )
+from memsafe_lib.estimators.blind import (
+    blind_window as blind_window_of,
+)
 from memsafe_lib.estimators.clinical import (
     ClinicalRule,
     clinical_set_features,
@@ -173,7 +176,7 @@ def make_model(name: str, seed: int, context: NeuralContext | None = None, *,
     ``blind_window`` tokens (default: the context's Stage A window, else ``BLIND_WINDOW``)."""
     if name == "blind_set":
         cache = embedding_cache or (context.pretrained_embeddings if context is not None else None)
-        window = blind_window or (context.budget.max_length if context is not None else BLIND_WINDOW)
+        window = blind_window or (blind_window_of(context.scale) if context is not None else BLIND_WINDOW)
         return BlindSet(seed, embedding_cache=cache, max_length=window)
     if name in NEURAL_MODELS:
         if context is None:
