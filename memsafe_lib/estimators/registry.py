@@ -14,14 +14,15 @@ from memsafe_lib.config import PAPER_SEEDS
 from memsafe_lib.estimators.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf
 from memsafe_lib.estimators.blind import (
     BLIND_CONTROLS,
-    BLIND_WINDOW,
+    DEFAULT_BLIND_ENCODING,
     BlindBagOfWords,
+    BlindEncoding,
     BlindSet,
     BlindUnitEvidence,
     QuestionOnly,
 )
 from memsafe_lib.estimators.blind import (
-    blind_window as blind_window_of,
+    blind_encoding as blind_encoding_of,
 )
 from memsafe_lib.estimators.clinical import (
     ClinicalRule,
@@ -170,14 +171,15 @@ def fitted_once(name: str) -> bool:
 
 
 def make_model(name: str, seed: int, context: NeuralContext | None = None, *,
-               embedding_cache: Path | None = None, blind_window: int | None = None) -> Estimator:
+               embedding_cache: Path | None = None, blind_encoding: BlindEncoding | None = None) -> Estimator:
     """A fresh estimator. ``blind_set`` reads its unit embeddings from ``embedding_cache`` (default:
     the context's shared cache of pretrained embeddings, none without a context) at
-    ``blind_window`` tokens (default: the context's Stage A window, else ``BLIND_WINDOW``)."""
+    as ``blind_encoding`` says (default: the context's scale's, else :class:`BlindEncoding`'s defaults)."""
     if name == "blind_set":
         cache = embedding_cache or (context.pretrained_embeddings if context is not None else None)
-        window = blind_window or (blind_window_of(context.scale) if context is not None else BLIND_WINDOW)
-        return BlindSet(seed, embedding_cache=cache, max_length=window)
+        encoding = blind_encoding or (blind_encoding_of(context.scale) if context is not None
+                                      else DEFAULT_BLIND_ENCODING)
+        return BlindSet(seed, embedding_cache=cache, model=encoding.model, max_length=encoding.max_length)
     if name in NEURAL_MODELS:
         if context is None:
             raise ValueError(f"model {name!r} needs Stage A encodings: build a NeuralContext "
