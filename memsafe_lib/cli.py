@@ -23,7 +23,7 @@ from memsafe_lib.data.download import main_download
 from memsafe_lib.data.loader import DATASETS, discover_files, load_dataset
 from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.errors import DataFormatError
-from memsafe_lib.estimators.blind import blind_encoding
+from memsafe_lib.estimators.blind import blind_set_config
 from memsafe_lib.estimators.registry import BLIND, model_group
 from memsafe_lib.evaluation.audit import AUDIT_CONTROLS, CHANCE_BAND, audit, blind_rows, blind_verdict
 from memsafe_lib.evaluation.compare import DEFAULT_K, compare_trees
@@ -171,7 +171,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise ValueError("give --dataset (one of ours) or --blind FILE.jsonl (your own variants)")
     scale = _scale(args)
     loaded, result = build(args.dataset, args.construction, scale)
-    report = audit(result, controls=_controls(args.controls), blind_encoding=blind_encoding(scale))
+    report = audit(result, controls=_controls(args.controls), blind_config=blind_set_config(scale))
     report.pop("rows")
     record_run("audit", scale, raw_files=loaded.files,
                settings={"dataset": args.dataset, "construction": result.construction}, metrics=report)

@@ -272,7 +272,7 @@ def test_notebook_01s_audit_side_by_side_equals_its_loops(monkeypatch) -> None: 
     """One dataset per worker: the same audit rows and the same blind-control scores, in the same
     order, as the loops over datasets and constructions it replaced."""
     from memsafe_lib.config import FIT_WORKERS_ENV, SCALES
-    from memsafe_lib.estimators.blind import blind_encoding
+    from memsafe_lib.estimators.blind import blind_set_config
     from memsafe_lib.evaluation.audit import audit, audit_side_by_side, fit_controls
 
     monkeypatch.setenv(FIT_WORKERS_ENV, "2")
@@ -286,7 +286,7 @@ def test_notebook_01s_audit_side_by_side_equals_its_loops(monkeypatch) -> None: 
     assert list(fits) == [("a", "size-matched"), ("b", "size-matched")]
     for (d, c), (train, fitted) in fits.items():
         train_here, here = fit_controls(results[d][c].variants, blind, where=f"{d}/{c}",
-                                        blind_encoding=blind_encoding(SCALES["smoke"]))
+                                        blind_config=blind_set_config(SCALES["smoke"]))
         assert [v.variant_id for v in train] == [v.variant_id for v in train_here]
         assert [(r.control, r.split) for r in fitted] == [(r.control, r.split) for r in here]
         for r, h in zip(fitted, here, strict=True):
@@ -301,13 +301,15 @@ def test_the_blind_set_model_embeds_units_at_the_scales_stage_a_window() -> None
     unit notebook 01's audit embedded."""
     from memsafe_lib.config import PACKAGED_ENCODER, SCALES
     from memsafe_lib.encodings.encoders import EncoderConfig, EncodingCache, make_ranker, unit_string
-    from memsafe_lib.estimators.blind import BlindEncoding, blind_encoding
+    from memsafe_lib.estimators.blind import BlindSetConfig, blind_set_config
     from memsafe_lib.estimators.context import pretrained_embeddings
     from memsafe_lib.evaluation.audit import audit_side_by_side
 
     smoke = SCALES["smoke"]
     for scale in (smoke, SCALES["cpu"]):
-        assert blind_encoding(scale) == BlindEncoding(scale.neural.encoder, scale.neural.max_length)
+        neural = scale.neural
+        assert blind_set_config(scale) == BlindSetConfig(neural.encoder, neural.max_length, neural.stage_b_epochs,
+                                                         neural.stage_b_patience)
     assert SCALES["cpu"].neural.encoder == PACKAGED_ENCODER and smoke.neural.max_length < 128
     results = {"a": {"size-matched": build_size_matched(_queries(48))}}
     _, fits = audit_side_by_side(results, [], (), ["blind_set"], ("size-matched",), smoke, progress=False)
@@ -319,3 +321,20 @@ def test_the_blind_set_model_embeds_units_at_the_scales_stage_a_window() -> None
     ranker = make_ranker(EncoderConfig(model=smoke.neural.encoder, max_length=smoke.neural.max_length), cache)
     ranker.embed(texts)
     assert len(cache) == len(texts)  # the ranker embedded nothing: the audit had, at its window
+
+
+def test_the_blind_set_model_trains_for_the_scales_stage_b_epochs() -> None:
+    """The question-blind set model is MemSafe's set model without the question, so it trains as
+    the scale's Stage B does: smoke's 4 epochs (it used to run 30, with patience 10, at every
+    scale), the paper's 30 without early stopping, and cpu's 30 with patience 10 as before."""
+    from memsafe_lib.config import SCALES
+    from memsafe_lib.estimators.blind import DEFAULT_BLIND_SET, blind_set_config
+    from memsafe_lib.estimators.registry import make_model
+
+    for name in ("smoke", "cpu", "paper"):
+        neural = SCALES[name].neural
+        model = make_model("blind_set", 17, blind_config=blind_set_config(SCALES[name]))
+        assert (model.set_config.epochs, model.set_config.patience) == (neural.stage_b_epochs, neural.stage_b_patience)
+    assert SCALES["smoke"].neural.stage_b_epochs == 4
+    cpu = blind_set_config(SCALES["cpu"])
+    assert (cpu.epochs, cpu.patience) == (DEFAULT_BLIND_SET.epochs, DEFAULT_BLIND_SET.patience) == (30, 10)

@@ -202,9 +202,9 @@ def test_blind_controls_and_text_baselines_fit_side_by_side_as_one_after_another
     assert batch is not None
     assert [(m, s) for m, s, _ in batch.todo] == [("tfidf", 17), ("blind_unit", 17), ("blind_set", 17),
                                                   ("blind_set", 29)]
-    from memsafe_lib.estimators.blind import blind_encoding, embed_units
+    from memsafe_lib.estimators.blind import blind_set_config, embed_units
 
-    n_texts = embed_units(variants, context.pretrained_embeddings, blind_encoding(context.scale), progress=False)
+    n_texts = embed_units(variants, context.pretrained_embeddings, blind_set_config(context.scale), progress=False)
     frames = []
     for workers in ("2", "1"):
         monkeypatch.setenv(FIT_WORKERS_ENV, workers)

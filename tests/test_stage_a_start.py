@@ -109,7 +109,8 @@ def test_the_frozen_rung_of_a_bare_start_reads_cosine_not_its_random_head(bare_p
 
 def test_the_paper_scale_starts_from_the_ms_marco_cross_encoder() -> None:
     assert SCALES["paper"].neural.encoder == "cross-encoder/ms-marco-MiniLM-L-6-v2"
-    assert SCALES["cpu"].neural.encoder == SCALES["smoke"].neural.encoder == PACKAGED_ENCODER
+    assert SCALES["cpu"].neural.encoder == PACKAGED_ENCODER
+    assert SCALES["smoke"].neural.encoder == E.first_layers(PACKAGED_ENCODER, 1)  # the same weights, one layer
     assert SCALES["cpu"].with_encoder("some/dir").neural.encoder == "some/dir"
     assert SCALES["cpu"].with_encoder(None) is SCALES["cpu"]
 

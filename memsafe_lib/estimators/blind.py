@@ -201,28 +201,33 @@ class BlindUnitEvidence:
 
 BLIND_WINDOW = 128
 """Tokens of a unit the question-blind set model embeds where no scale says otherwise (Stage A's
-window at cpu). A run passes its scale's encoder and Stage A window (:func:`blind_encoding`), so the blind
+window at cpu). A run passes its scale's encoder and Stage A window (:func:`blind_set_config`), so the blind
 set model's embeddings are the ranker's at every scale and each unit is embedded once."""
 
 
 @dataclass(frozen=True)
-class BlindEncoding:
-    """How the question-blind set model embeds a unit: which pretrained encoder, through how
-    many tokens. A run's is :func:`blind_encoding`."""
+class BlindSetConfig:
+    """How the question-blind set model is built: which pretrained encoder embeds a unit, through
+    how many tokens, and how long its set model trains. A run's is :func:`blind_set_config`."""
 
     model: str = PACKAGED_ENCODER
     max_length: int = BLIND_WINDOW
+    epochs: int = 30
+    patience: int | None = 10
 
 
-DEFAULT_BLIND_ENCODING = BlindEncoding()
-"""The packaged all-MiniLM-L6-v2 at :data:`BLIND_WINDOW` tokens: where no scale says otherwise."""
+DEFAULT_BLIND_SET = BlindSetConfig()
+"""The packaged all-MiniLM-L6-v2 at :data:`BLIND_WINDOW` tokens, 30 epochs with patience 10 (the
+cpu scale's Stage B): where no scale says otherwise."""
 
 
-def blind_encoding(scale: ScaleConfig) -> BlindEncoding:
-    """How the question-blind set model embeds units under ``scale``: the scale's blind encoder
+def blind_set_config(scale: ScaleConfig) -> BlindSetConfig:
+    """The question-blind set model under ``scale``: the scale's blind encoder
     (:attr:`~memsafe_lib.config.NeuralBudget.blind_encoder`) at its Stage A window, so where that
-    encoder is Stage A's start its embeddings are the ranker's, computed once."""
-    return BlindEncoding(scale.neural.blind_encoder, scale.neural.max_length)
+    encoder is Stage A's start its embeddings are the ranker's, computed once; and trained for
+    the scale's Stage B epochs and patience, as MemSafe's own set model is."""
+    neural = scale.neural
+    return BlindSetConfig(neural.blind_encoder, neural.max_length, neural.stage_b_epochs, neural.stage_b_patience)
 
 
 _EMBEDDERS: dict[tuple[str, int, str], BiEncoder] = {}
@@ -250,13 +255,13 @@ def blind_unit_texts(variants: Sequence[Variant]) -> list[str]:
     return [unit_string(u.title, u.text) for v in variants for u in v.units]
 
 
-def embed_units(variants: Sequence[Variant], cache: Path, encoding: BlindEncoding = DEFAULT_BLIND_ENCODING,
+def embed_units(variants: Sequence[Variant], cache: Path, config: BlindSetConfig = DEFAULT_BLIND_SET,
                 progress: bool = True) -> int:
     """Fill ``cache`` with the embeddings ``blind_set`` will read for ``variants``, here (every
     core of this process) before fits side by side read them from disk; returns the distinct texts."""
     texts = list(dict.fromkeys(blind_unit_texts(variants)))
     if texts:
-        unit_embedder(encoding.model, encoding.max_length, cache).embed(texts, progress=progress)
+        unit_embedder(config.model, config.max_length, cache).embed(texts, progress=progress)
     return len(texts)
 
 

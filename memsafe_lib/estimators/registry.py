@@ -14,15 +14,13 @@ from memsafe_lib.config import PAPER_SEEDS
 from memsafe_lib.estimators.baselines import FlatTfidf, RetrievalSimilarity, SufficientContextTfidf
 from memsafe_lib.estimators.blind import (
     BLIND_CONTROLS,
-    DEFAULT_BLIND_ENCODING,
+    DEFAULT_BLIND_SET,
     BlindBagOfWords,
-    BlindEncoding,
     BlindSet,
+    BlindSetConfig,
     BlindUnitEvidence,
     QuestionOnly,
-)
-from memsafe_lib.estimators.blind import (
-    blind_encoding as blind_encoding_of,
+    blind_set_config,
 )
 from memsafe_lib.estimators.clinical import (
     ClinicalRule,
@@ -171,15 +169,15 @@ def fitted_once(name: str) -> bool:
 
 
 def make_model(name: str, seed: int, context: NeuralContext | None = None, *,
-               embedding_cache: Path | None = None, blind_encoding: BlindEncoding | None = None) -> Estimator:
+               embedding_cache: Path | None = None, blind_config: BlindSetConfig | None = None) -> Estimator:
     """A fresh estimator. ``blind_set`` reads its unit embeddings from ``embedding_cache`` (default:
-    the context's shared cache of pretrained embeddings, none without a context) at
-    as ``blind_encoding`` says (default: the context's scale's, else :class:`BlindEncoding`'s defaults)."""
+    the context's shared cache of pretrained embeddings, none without a context) and is built as
+    ``blind_config`` says (default: the context's scale's, else :data:`DEFAULT_BLIND_SET`)."""
     if name == "blind_set":
         cache = embedding_cache or (context.pretrained_embeddings if context is not None else None)
-        encoding = blind_encoding or (blind_encoding_of(context.scale) if context is not None
-                                      else DEFAULT_BLIND_ENCODING)
-        return BlindSet(seed, embedding_cache=cache, model=encoding.model, max_length=encoding.max_length)
+        config = blind_config or (blind_set_config(context.scale) if context is not None else DEFAULT_BLIND_SET)
+        return BlindSet(seed, embedding_cache=cache, model=config.model, max_length=config.max_length,
+                        epochs=config.epochs, patience=config.patience)
     if name in NEURAL_MODELS:
         if context is None:
             raise ValueError(f"model {name!r} needs Stage A encodings: build a NeuralContext "

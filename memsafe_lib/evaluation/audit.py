@@ -14,9 +14,9 @@ import numpy as np
 
 from memsafe_lib.config import DEFAULT_SEED, ScaleConfig
 from memsafe_lib.estimators.blind import (
-    DEFAULT_BLIND_ENCODING,
-    BlindEncoding,
-    blind_encoding,
+    DEFAULT_BLIND_SET,
+    BlindSetConfig,
+    blind_set_config,
     embed_units,
     unit_seen_auroc,
     unseen_memories,
@@ -73,14 +73,14 @@ def run_controls(
     eval_splits: Sequence[str] = ("test",),
     seed: int = DEFAULT_SEED,
     embedding_cache: Path | None = None,
-    blind_encoding: BlindEncoding = DEFAULT_BLIND_ENCODING,
+    blind_config: BlindSetConfig = DEFAULT_BLIND_SET,
 ) -> list[ControlResult]:
     """Fit each model (a control or any registered baseline) on the train split of
     ``result``, selecting on validation where it has choices, and predict ``eval_splits``;
     every split named must hold both classes (:func:`fit_controls` with ``strict``)."""
     where = f"{result.dataset}/{result.construction}"
     return fit_controls(result.variants, controls, eval_splits, seed, where, strict=True,
-                        embedding_cache=embedding_cache, blind_encoding=blind_encoding)[1]
+                        embedding_cache=embedding_cache, blind_config=blind_config)[1]
 
 
 BlindFits = dict[tuple[str, str], tuple[list[Variant], list[ControlResult]]]
@@ -97,13 +97,13 @@ class AuditJob:
     blind: tuple[str, ...]
     blind_constructions: tuple[str, ...]
     embedding_cache: Path | None
-    blind_encoding: BlindEncoding
+    blind_config: BlindSetConfig
 
 
 def _audit_dataset(_: None, job: AuditJob) -> tuple[list[dict[str, Any]], BlindFits]:
     audits = [audit(job.results[c], job.shortcut) for c in job.shortcut_constructions]
     fits = {(job.dataset, c): fit_controls(job.results[c].variants, job.blind, where=f"{job.dataset}/{c}",
-                                           embedding_cache=job.embedding_cache, blind_encoding=job.blind_encoding)
+                                           embedding_cache=job.embedding_cache, blind_config=job.blind_config)
             for c in job.blind_constructions}
     return audits, fits
 
@@ -119,17 +119,17 @@ def audit_side_by_side(results: dict[str, dict[str, ConstructionResult]], shortc
     cache Stage A's ranker reads later. Returns (audits in dataset, construction order; blind fits
     by (dataset, construction)), the same as the loops they replace."""
     jobs = []
-    encoding = blind_encoding(scale)
+    blind_config = blind_set_config(scale)
     for dataset, by_construction in results.items():
         cache = None
         if "blind_set" in blind:
             cache = pretrained_embeddings(scale, dataset)
             variants = [v for c in blind_constructions for v in by_construction[c].variants]
             with step(f"{dataset}: blind_set's unit embeddings"):
-                embed_units(variants, cache, encoding, progress=progress)
+                embed_units(variants, cache, blind_config, progress=progress)
         jobs.append(AuditJob(dataset, {c: by_construction[c] for c in {*shortcut_constructions, *blind_constructions}},
                              tuple(shortcut), tuple(shortcut_constructions), tuple(blind),
-                             tuple(blind_constructions), cache, encoding))
+                             tuple(blind_constructions), cache, blind_config))
     order = sorted(range(len(jobs)), key=lambda i: -sum(len(r.variants) for r in jobs[i].results.values()))
     with step(f"audit of {len(jobs)} datasets side by side"):
         done = side_by_side(_audit_dataset, [jobs[i] for i in order], None, label="audit")
@@ -186,13 +186,13 @@ def fit_controls(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CO
                  eval_splits: Sequence[str] = ("validation", "test"), seed: int = DEFAULT_SEED,
                  where: str = "variants", strict: bool = False,
                  embedding_cache: Path | None = None,
-                 blind_encoding: BlindEncoding = DEFAULT_BLIND_ENCODING) -> tuple[list[Variant], list[ControlResult]]:
+                 blind_config: BlindSetConfig = DEFAULT_BLIND_SET) -> tuple[list[Variant], list[ControlResult]]:
     """Fit each control on the train split of ``variants`` (selecting on validation where it has
     choices) and predict the evaluation splits; returns (train, fitted). The train split must hold
     both classes. An evaluation split without both is an error when ``strict`` and otherwise left
     out (a small sample), as long as one evaluation split remains. ``embedding_cache``: where
     ``blind_set`` reads its unit embeddings (:func:`~memsafe_lib.estimators.context.pretrained_embeddings`),
-    as ``blind_encoding`` says (a run's: :func:`~memsafe_lib.estimators.blind.blind_encoding`)."""
+    as ``blind_config`` says (a run's: :func:`~memsafe_lib.estimators.blind.blind_set_config`)."""
     splits = by_split(variants)
     for split in ("train", *eval_splits) if strict else ("train",):
         if {v.unsafe for v in splits.get(split, [])} != {True, False}:
@@ -204,7 +204,7 @@ def fit_controls(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CO
     fitted = []
     for name in controls:
         model: Estimator = make_model(name, seed, embedding_cache=embedding_cache,
-                                      blind_encoding=blind_encoding).fit(splits["train"], splits.get("validation"))
+                                      blind_config=blind_config).fit(splits["train"], splits.get("validation"))
         fitted += [ControlResult(name, s, splits[s], model.predict(splits[s])) for s in eval_splits]
     return splits["train"], fitted
 
@@ -254,10 +254,10 @@ def blind_verdict(rows: Sequence[dict[str, Any]], split: str = "test") -> tuple[
 
 
 def audit(result: ConstructionResult, controls: Sequence[str] = tuple(CONTROLS),
-          blind_encoding: BlindEncoding = DEFAULT_BLIND_ENCODING) -> dict[str, Any]:
-    """Everything ``memsafe audit`` prints for one dataset and construction (``blind_encoding``:
-    the question-blind set model's, :func:`~memsafe_lib.estimators.blind.blind_encoding`)."""
-    fitted = run_controls(result, controls, blind_encoding=blind_encoding)
+          blind_config: BlindSetConfig = DEFAULT_BLIND_SET) -> dict[str, Any]:
+    """Everything ``memsafe audit`` prints for one dataset and construction (``blind_config``:
+    the question-blind set model's, :func:`~memsafe_lib.estimators.blind.blind_set_config`)."""
+    fitted = run_controls(result, controls, blind_config=blind_config)
     rows = [r.row(result.dataset, result.construction) for r in fitted]
     test = by_split(result.variants).get("test", [])
     count_auroc = next((r["unsafe_auroc"] for r in rows if r["model"] == "paragraph_count"), None)

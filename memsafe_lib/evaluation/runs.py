@@ -24,7 +24,7 @@ import pandas as pd
 from memsafe_lib import config
 from memsafe_lib.config import ClinicalSetting, ScaleConfig, encoder_seed_for
 from memsafe_lib.encodings.encoders import default_device
-from memsafe_lib.estimators.blind import BLIND_CONTROLS, blind_encoding, embed_units
+from memsafe_lib.estimators.blind import BLIND_CONTROLS, blind_set_config, embed_units
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.registry import (
@@ -364,7 +364,7 @@ def _prepare(request: EvaluationRequest, seeds: Sequence[int], scale: ScaleConfi
     if context is not None and "blind_set" in request.models:
         # here, on every core, before its fits read them from disk side by side
         with step(f"{result.dataset}/{result.construction}: blind_set's unit embeddings"):
-            embed_units(result.variants, context.pretrained_embeddings, blind_encoding(context.scale),
+            embed_units(result.variants, context.pretrained_embeddings, blind_set_config(context.scale),
                         progress=progress)
     return _PreparedRun(request, loaded, result, splits, context,
                         scale.cache_dir(config.EVALUATE, request.dataset, result.construction))
