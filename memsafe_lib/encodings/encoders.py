@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import os
 import re
-import shutil
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -39,7 +37,7 @@ import torch
 from torch import nn
 
 from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER, model_dir
-from memsafe_lib.io import SQLiteStore
+from memsafe_lib.io import SQLiteStore, atomic_dir
 from memsafe_lib.precision import use_bf16
 from memsafe_lib.progress import progress_bar
 
@@ -123,29 +121,21 @@ def _first_layers_dir(path: str, layers: int) -> Path:
     from transformers import AutoModel, AutoTokenizer  # lazy: heavy, only when weights load
     from transformers.utils import logging as hf_logging
 
-    target = model_dir() / f"encoder-{_source_digest(path)[:12]}-first-{layers}-layers"
+    target = model_dir() / f"encoder-{_source_digest(path)[:12]}-{first_layers('', layers)[1:]}"
     if (target / "config.json").is_file():
         return target
     full = load_hf_config(path)
     if layers >= full.num_hidden_layers:
         raise ValueError(f"{path!r} has {full.num_hidden_layers} layers; "
                          f"cutting it to its first {layers} keeps them all")
-    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the dropped layers' weights are reported as unexpected
     try:
-        with quiet_transformers():
+        with quiet_transformers(), atomic_dir(target) as partial:
             AutoModel.from_pretrained(path, num_hidden_layers=layers).save_pretrained(partial)
             AutoTokenizer.from_pretrained(path).save_pretrained(partial)
     finally:
         hf_logging.set_verbosity(verbosity)
-    try:
-        partial.rename(target)
-    except OSError:
-        if not (target / "config.json").is_file():
-            raise
-        shutil.rmtree(partial)  # another process made it first: use its folder
     return target
 
 

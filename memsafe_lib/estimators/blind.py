@@ -272,8 +272,9 @@ class BlindSet:
     name = "blind_set"
     deterministic = False
 
-    def __init__(self, seed: int = DEFAULT_SEED, *, epochs: int = 30, patience: int | None = 10,
-                 model: str = PACKAGED_ENCODER, max_length: int = BLIND_WINDOW, device: str = "cpu",
+    def __init__(self, seed: int = DEFAULT_SEED, *, epochs: int = DEFAULT_BLIND_SET.epochs,
+                 patience: int | None = DEFAULT_BLIND_SET.patience, model: str = DEFAULT_BLIND_SET.model,
+                 max_length: int = DEFAULT_BLIND_SET.max_length, device: str = "cpu",
                  embedding_cache: Path | None = None) -> None:
         self.seed = seed
         self.embedding_cache = embedding_cache

@@ -22,7 +22,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from typing import Any, Protocol
 
 from memsafe_lib import config
 from memsafe_lib.encodings.encoders import quiet_transformers
-from memsafe_lib.io import SQLiteStore, atomic_open
+from memsafe_lib.io import SQLiteStore, atomic_dir, atomic_open
 from memsafe_lib.precision import use_bf16
 from memsafe_lib.progress import log
 
@@ -305,26 +304,18 @@ def converted_gguf(path: str, dtype: Any) -> Path:
     with quiet_transformers():
         tok = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
         lm = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=dtype)
-    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    # save_pretrained refuses a model read from GGUF ("quantized ... not serializable"), though
-    # its tensors are plain dequantized ones: write them, the config and the tokenizer directly
-    save_model(lm, str(partial / "model.safetensors"))
-    # without the GGUF quantization_config: with it, transformers loads the plain tensors back
-    # behind its GGUF quantizer and warns at every load that matmuls cast to fp32; measured, the
-    # two loads run at the same speed with the same logits (bench/gguf_plain.py), so this only
-    # makes the kept model what it is, a plain model in the asked dtype
-    del lm.config.quantization_config
-    lm.config.save_pretrained(partial)
-    lm.generation_config.save_pretrained(partial)
-    tok.save_pretrained(partial)
-    try:
-        partial.rename(target)  # a killed conversion leaves only a .partial folder, never a half model
-    except OSError:
-        if not (target / "config.json").is_file():
-            raise
-        shutil.rmtree(partial)  # another process converted the same file first: use its folder
+    with atomic_dir(target) as partial:
+        # save_pretrained refuses a model read from GGUF ("quantized ... not serializable"), though
+        # its tensors are plain dequantized ones: write them, the config and the tokenizer directly
+        save_model(lm, str(partial / "model.safetensors"))
+        # without the GGUF quantization_config: with it, transformers loads the plain tensors back
+        # behind its GGUF quantizer and warns at every load that matmuls cast to fp32; measured, the
+        # two loads run at the same speed with the same logits (bench/gguf_plain.py), so this only
+        # makes the kept model what it is, a plain model in the asked dtype
+        del lm.config.quantization_config
+        lm.config.save_pretrained(partial)
+        lm.generation_config.save_pretrained(partial)
+        tok.save_pretrained(partial)
     return target
 
 
