@@ -1,16 +1,17 @@
 """Cold minutes of a notebook whose cold run was killed midway and resumed from its caches.
 
-When the machine running a cold `make reproduce` is recycled in the middle of a notebook,
+When the machine running a cold `make reproduce` is recycled in the middle of a notebook (once
+or several times: a long notebook on a slow CPU can span several machine leases),
 `memsafe notebook NB --record` resumes it from the caches the killed run wrote (Stage A,
 fitted models, generations), and the notebook's row in ``run_times.csv`` counts only the
 resumed part. The cold run's log says when the notebook started and when it last finished a
-step before the kill, so the cold time is the sum of the two parts. The step under way at the
+step before each kill, so the cold time is the sum of the parts. The step under way at the
 kill is not counted before it (the log's last line is where useful work is known to have
 ended) and is counted again, whole, in the resumed part; the resumed part also pays for
 reading the caches back, so the sum errs high by that, a minute or so.
 
-Records (notebook, started, last step before the kill, minutes before the kill, minutes
-resumed, their sum) in ``artifacts/<scale>/bench/interrupted_runs.csv``, and the cold run's
+Records (notebook, started, last step before the last kill, kills, minutes before the kills,
+minutes resumed, their sum) in ``artifacts/<scale>/bench/interrupted_runs.csv``, and the cold run's
 time table, one row per notebook with the killed part added and a last row ``all``, in
 ``artifacts/<scale>/bench/cold_run.csv``:
 
@@ -33,26 +34,36 @@ from memsafe_lib.io import replace_row
 STAMP = re.compile(r"\[memsafe (\d\d):(\d\d):(\d\d) ")
 
 
-def minutes_before_kill(log: str, notebook: str) -> tuple[dt.datetime, dt.datetime]:
-    """(start, last logged step) of the first, killed execution of ``notebook`` in ``log``: the
-    cold run's "NB start <UTC>" line, then the last ``[memsafe HH:MM:SS`` stamp before the
-    next execution of that notebook starts (marked "(resumed run)")."""
-    start_line = re.search(rf"^{re.escape(notebook)} start (\S+?)Z?$", log, flags=re.MULTILINE)
-    if start_line is None:
+def killed_parts(log: str, notebook: str) -> list[tuple[dt.datetime, dt.datetime]]:
+    """(start, last logged step) of every killed execution of ``notebook`` in ``log``, in order:
+    the cold run's "NB start <UTC>" line, or a later one marked "(resumed run ...)", then the
+    last ``[memsafe HH:MM:SS`` stamp before the next execution of that notebook starts. The
+    last execution is the one that finished (its minutes are the ``run_times.csv`` row)."""
+    starts = list(re.finditer(rf"^{re.escape(notebook)} start (\S+?)Z?(?: \(resumed run[^)]*\))?$", log,
+                              flags=re.MULTILINE))
+    if not starts:
         raise SystemExit(f"no '{notebook} start' line in the log")
-    start = dt.datetime.fromisoformat(start_line.group(1)).replace(tzinfo=dt.UTC)
-    rest = log[start_line.end():]
-    resumed = re.search(rf"^{re.escape(notebook)} start .*\(resumed run\)", rest, flags=re.MULTILINE)
-    if resumed is None:
+    if len(starts) == 1:
         raise SystemExit(f"{notebook} has no resumed execution in the log: its run_times row is already cold")
-    last = start
-    for h, m, s in STAMP.findall(rest[:resumed.start()]):
-        # The log carries the time of day only, and workers side by side print slightly out of
-        # order: take the day that puts the stamp nearest the latest one so far.
-        stamp = last.replace(hour=int(h), minute=int(m), second=int(s))
-        stamp = min((stamp + dt.timedelta(days=d) for d in (-1, 0, 1)), key=lambda t: abs(t - last))
-        last = max(last, stamp)
-    return start, last
+    if any("(resumed run" not in m.group(0) for m in starts[1:]):
+        raise SystemExit(f"{notebook} started again without a '(resumed run)' mark: its minutes are not one cold run")
+    parts = []
+    for this, following in zip(starts, starts[1:], strict=False):
+        begun = dt.datetime.fromisoformat(this.group(1)).replace(tzinfo=dt.UTC)
+        last = begun
+        for h, m, s in STAMP.findall(log[this.end():following.start()]):
+            # The log carries the time of day only, and workers side by side print slightly out
+            # of order: take the day that puts the stamp nearest the latest one so far.
+            stamp = last.replace(hour=int(h), minute=int(m), second=int(s))
+            stamp = min((stamp + dt.timedelta(days=d) for d in (-1, 0, 1)), key=lambda t: abs(t - last))
+            last = max(last, stamp)
+        parts.append((begun, last))
+    return parts
+
+
+def minutes_before_kill(log: str, notebook: str) -> tuple[dt.datetime, dt.datetime]:
+    """(start, last logged step) of the first, killed execution of ``notebook`` in ``log``."""
+    return killed_parts(log, notebook)[0]
 
 
 def cold_table(run_times: pd.DataFrame, interrupted: pd.DataFrame) -> pd.DataFrame:
@@ -83,20 +94,21 @@ def main() -> None:
     parser.add_argument("--notebook", required=True)
     parser.add_argument("--scale", default="cpu")
     args = parser.parse_args()
-    start, last = minutes_before_kill(Path(args.log).read_text(errors="replace"), args.notebook)
+    parts = killed_parts(Path(args.log).read_text(errors="replace"), args.notebook)
     scale = config.scale_config(args.scale)
     run_times = scale.run_dir / config.RUN_TIMES_FILE
     times = pd.read_csv(run_times).set_index("notebook")
     if args.notebook not in times.index:
         raise SystemExit(f"{args.notebook} has no row in run_times.csv (adopt the resumed run first)")
     resumed = times.loc[args.notebook]
-    before = (last - start).total_seconds() / 60
-    row = {"notebook": args.notebook, "started_utc": start.isoformat(timespec="seconds"),
-           "last_step_before_kill_utc": last.isoformat(timespec="seconds"),
-           "minutes_before_kill": round(before, 1), "minutes_resumed": float(resumed["minutes"]),
+    before = sum((last - start).total_seconds() for start, last in parts) / 60
+    row = {"notebook": args.notebook, "started_utc": parts[0][0].isoformat(timespec="seconds"),
+           "last_step_before_kill_utc": parts[-1][1].isoformat(timespec="seconds"),
+           "kills": len(parts), "minutes_before_kill": round(before, 1), "minutes_resumed": float(resumed["minutes"]),
            "minutes_total": round(before + float(resumed["minutes"]), 1), "code": str(resumed["code"]),
            "cpu": str(resumed["cpu"]), "bf16_units": bool(resumed["bf16_units"])}  # numpy scalars are not JSON
     table = replace_row(scale.output_dir(config.BENCH) / "interrupted_runs.csv", row, key="notebook")
+    table = table[table.code.astype(str) == row["code"]]  # an earlier run's kills are not this run's
     args.log = Path(args.log).name  # the ledger names the log without this machine's paths
     save_report("interrupted-run", "interrupted_runs", args, [], {"last": row}, table=table, inputs=[run_times])
     cold = cold_table(times.reset_index(), table)

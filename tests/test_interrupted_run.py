@@ -36,6 +36,25 @@ def test_minutes_before_the_kill_span_midnight_and_out_of_order_lines(interrupte
     assert (last - start).total_seconds() / 60 == pytest.approx(87 + 37 / 60)
 
 
+def test_every_killed_execution_of_a_notebook_counts(interrupted_run) -> None:
+    # a notebook on a slow CPU killed twice, resumed twice (the second time on another machine)
+    log = LOG.replace("[memsafe 07:28:52 +2.6 min] 2wikimultihopqa: blind_set seed 17: fit and predict: done in 1.6 min\n",
+                      "[memsafe 07:28:52 +2.6 min] 2wikimultihopqa: blind_set seed 17: fit and predict: done in 1.6 min\n"
+                      "[memsafe 09:56:05 +150.0 min] 2wikimultihopqa: Stage A encode ...\n"
+                      "02_training start 2026-11-29T13:00:00Z (resumed run on AMD EPYC)\n"
+                      "[memsafe 13:10:00 +10.0 min] notebook 02_training at scale cpu: done in 10.0 min\n")
+    parts = interrupted_run.killed_parts(log, "02_training")
+    assert [(a.strftime("%d %H:%M:%S"), b.strftime("%d %H:%M:%S")) for a, b in parts] == [
+        ("28 23:17:29", "29 00:45:06"), ("29 07:26:05", "29 09:56:05")]
+    assert interrupted_run.minutes_before_kill(log, "02_training") == parts[0]
+
+
+def test_a_notebook_started_again_without_the_resumed_mark_is_refused(interrupted_run) -> None:
+    log = LOG.replace("02_training start 2026-11-29T07:26:05Z (resumed run)", "02_training start 2026-11-29T07:26:05Z")
+    with pytest.raises(SystemExit, match="without a '\\(resumed run\\)' mark"):
+        interrupted_run.killed_parts(log, "02_training")
+
+
 def test_a_notebook_that_was_not_resumed_is_refused(interrupted_run) -> None:
     with pytest.raises(SystemExit, match="no resumed execution"):
         interrupted_run.minutes_before_kill(LOG, "01_construction_audit")

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Go on with a cold run (bench/cold_run.sh) after its machine was recycled: in the same clone,
+# run the notebooks of the run that have no row of the clone's code in its run_times.csv, in
+# order. The one that was killed midway resumes from the caches it wrote, and its start line
+# in the log is marked "(resumed run on <cpu>)" so bench/interrupted_run.py can add the minutes
+# before each kill; the log gets the same lines bench/cold_run.sh writes. Give it the same
+# environment as the first part (MEMSAFE_DATA_DIR, MEMSAFE_PRIVATE_CACHE, MEMSAFE_MODEL_DIR) and
+# append to the same log:
+#
+#   ADOPT=1 MEMSAFE_PRIVATE_CACHE=... MEMSAFE_MODEL_DIR=... bench/cold_resume.sh ../cold LOG >> LOG 2>&1
+#
+# ADOPT=1: once every notebook has run, bring the clone's results into this checkout, add the
+# minutes before each kill to the cold time table (bench/interrupted_run.py), regenerate the
+# step table and the report, and verify (as bench/cold_run.sh does). The sampler of busy cores
+# appends to the clone's artifacts/scratch/cpu_busy.txt. DRY_RUN=1: say what is left and stop.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+clone="$(cd "${1:?usage: bench/cold_resume.sh CLONE_DIR LOG}" && pwd)"
+log="$(cd "$(dirname "${2:?usage: bench/cold_resume.sh CLONE_DIR LOG}")" && pwd)/$(basename "$2")"
+read -r -a notebooks <<< "$(sed -n '1s/^cold run of \(.*\) at [a-z]* on .*/\1/p' "$log")"
+scale="$(sed -n '1s/^cold run of .* at \([a-z]*\) on .*/\1/p' "$log")"
+[ "${#notebooks[@]}" -gt 0 ] || { echo "bench/cold_resume.sh: $log does not start as bench/cold_run.sh's log" >&2; exit 2; }
+cd "$clone"
+export MEMSAFE_DATA_DIR="${MEMSAFE_DATA_DIR:-$(cd .. && pwd)/shared/data}"
+code="$(.venv/bin/python -c 'from memsafe_lib.ledger import code_fingerprint; print(code_fingerprint()[:12])')"
+cpu="$(.venv/bin/python -c 'from memsafe_lib.ledger import cpu_model; print(cpu_model())')"
+todo=()
+for notebook in "${notebooks[@]}"; do
+    if ! .venv/bin/python - "$scale" "$notebook" "$code" <<'PY'
+import sys
+import pandas as pd
+from memsafe_lib import config
+scale, notebook, code = sys.argv[1:]
+path = config.scale_config(scale).run_dir / config.RUN_TIMES_FILE
+times = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["notebook", "code"])
+sys.exit(0 if ((times.notebook == notebook) & (times.code.astype(str) == code)).any() else 1)
+PY
+    then todo+=("$notebook"); fi
+done
+echo "cold run resumed at $scale on $(git rev-parse --short HEAD) (code $code, $cpu), data $MEMSAFE_DATA_DIR," \
+     "private cache ${MEMSAFE_PRIVATE_CACHE:-default}, models ${MEMSAFE_MODEL_DIR:-default}: ${todo[*]:-nothing left}"
+[ "${DRY_RUN:-0}" = 1 ] && exit 0
+mkdir -p artifacts/scratch
+.venv/bin/python bench/cpu_busy.py sample --out artifacts/scratch/cpu_busy.txt --every 10 &
+sampler=$!
+trap 'kill "$sampler" 2>/dev/null || true' EXIT
+for notebook in "${todo[@]}"; do
+    if grep -q "^$notebook start " "$log"; then
+        date -u +"$notebook start %FT%TZ (resumed run on $cpu)"
+    else
+        date -u +"$notebook start %FT%TZ"
+    fi
+    .venv/bin/memsafe notebook "$notebook" --scale "$scale" --record
+done
+date -u +"end %FT%TZ"
+kill "$sampler" 2>/dev/null || true
+if [ "${ADOPT:-0}" = 1 ]; then
+    cd "$repo"
+    .venv/bin/python bench/adopt_cold_run.py "$clone" --scale "$scale"
+    for notebook in "${notebooks[@]}"; do
+        if grep -q "^$notebook start .*(resumed run" "$log"; then
+            (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log "$log" --notebook "$notebook" --scale "$scale")
+        fi
+    done
+    (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python notebook_steps.py --scale "$scale")
+    .venv/bin/memsafe report --record
+    .venv/bin/memsafe verify --scale "$scale"
+fi
