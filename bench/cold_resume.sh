@@ -31,7 +31,7 @@ import sys
 import pandas as pd
 from memsafe_lib import config
 scale, notebook, code = sys.argv[1:]
-path = config.scale_config(scale).run_dir / config.RUN_TIMES_FILE
+path = config.scale_config(scale).recorded_dir / config.RUN_TIMES_FILE  # where --record writes it
 times = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["notebook", "code"])
 sys.exit(0 if ((times.notebook == notebook) & (times.code.astype(str) == code)).any() else 1)
 PY
