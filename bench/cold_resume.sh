@@ -15,6 +15,7 @@
 # appends to the clone's artifacts/scratch/cpu_busy.txt. DRY_RUN=1: say what is left and stop.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+source "$repo/bench/cold_lib.sh"
 clone="$(cd "${1:?usage: bench/cold_resume.sh CLONE_DIR LOG}" && pwd)"
 log="$(cd "$(dirname "${2:?usage: bench/cold_resume.sh CLONE_DIR LOG}")" && pwd)/$(basename "$2")"
 read -r -a notebooks <<< "$(sed -n '1s/^cold run of \(.*\) at [a-z]* on .*/\1/p' "$log")"
@@ -40,29 +41,7 @@ done
 echo "cold run resumed at $scale on $(git rev-parse --short HEAD) (code $code, $cpu), data $MEMSAFE_DATA_DIR," \
      "private cache ${MEMSAFE_PRIVATE_CACHE:-default}, models ${MEMSAFE_MODEL_DIR:-default}: ${todo[*]:-nothing left}"
 [ "${DRY_RUN:-0}" = 1 ] && exit 0
-mkdir -p artifacts/scratch
-.venv/bin/python bench/cpu_busy.py sample --out artifacts/scratch/cpu_busy.txt --every 10 &
-sampler=$!
-trap 'kill "$sampler" 2>/dev/null || true' EXIT
-for notebook in "${todo[@]}"; do
-    if grep -q "^$notebook start " "$log"; then
-        date -u +"$notebook start %FT%TZ (resumed run on $cpu)"
-    else
-        date -u +"$notebook start %FT%TZ"
-    fi
-    .venv/bin/memsafe notebook "$notebook" --scale "$scale" --record
-done
-date -u +"end %FT%TZ"
-kill "$sampler" 2>/dev/null || true
+run_cold_notebooks "$scale" "$log" "$cpu" "${todo[@]}"
 if [ "${ADOPT:-0}" = 1 ]; then
-    cd "$repo"
-    .venv/bin/python bench/adopt_cold_run.py "$clone" --scale "$scale"
-    for notebook in "${notebooks[@]}"; do
-        if grep -q "^$notebook start .*(resumed run" "$log"; then
-            (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log "$log" --notebook "$notebook" --scale "$scale")
-        fi
-    done
-    (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python notebook_steps.py --scale "$scale")
-    .venv/bin/memsafe report --record
-    .venv/bin/memsafe verify --scale "$scale"
+    adopt_cold_run "$repo" "$clone" "$scale" "$log" "${notebooks[@]}"
 fi

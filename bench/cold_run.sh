@@ -8,12 +8,10 @@
 #   ADOPT=1 bench/cold_run.sh ../cold 01_construction_audit 02_training 03_ablations 04_transfer \
 #       05_selective 06_reader_gating 07_clinical
 #
-# A run that must stop between notebooks goes on in the same clone (`memsafe notebook NB
-# --scale cpu --record` for the rest, in order); adopt_cold_run.py takes a clone's results
-# as often as it is given them. A notebook killed midway must have the caches it wrote deleted
-# before it runs again, or its minutes are not cold; or it resumes from them (start its line in
-# the log with "NB start <time> (resumed run)") and bench/interrupted_run.py adds the log's
-# minutes before the kill to the resumed row. Parts in separate clones also work:
+# A run that must stop, between notebooks or inside one, goes on in the same clone with
+# bench/cold_resume.sh CLONE LOG: the notebook killed midway resumes from the caches it wrote and
+# bench/interrupted_run.py adds the log's minutes before each kill to its row. adopt_cold_run.py
+# takes a clone's results as often as it is given them. Parts in separate clones also work:
 #
 #   ADOPT=1 bench/cold_run.sh ../cold-a 01_construction_audit 02_training 03_ablations 04_transfer 05_selective
 #   ADOPT=1 WARM_GRID=1 bench/cold_run.sh ../cold-b 06_reader_gating 07_clinical
@@ -30,6 +28,7 @@
 # Environment: SCALE (default cpu), MEMSAFE_DATA_DIR (default: ../shared/data beside the clone).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+source "$repo/bench/cold_lib.sh"
 clone="${1:?usage: bench/cold_run.sh CLONE_DIR NOTEBOOK...}"
 shift
 [ "$#" -gt 0 ] || { echo "bench/cold_run.sh: name at least one notebook" >&2; exit 2; }
@@ -50,21 +49,8 @@ from memsafe_lib.threads import configure_threads
 configure_threads()
 print(select_stage_b(config.scale_config('$scale')))"
 fi
-mkdir -p artifacts/scratch
-.venv/bin/python bench/cpu_busy.py sample --out artifacts/scratch/cpu_busy.txt --every 10 &
-sampler=$!
-trap 'kill "$sampler" 2>/dev/null || true' EXIT
-for notebook in "$@"; do
-    date -u +"$notebook start %FT%TZ"
-    .venv/bin/memsafe notebook "$notebook" --scale "$scale" --record
-done
-date -u +"end %FT%TZ"
-kill "$sampler" 2>/dev/null || true
+run_cold_notebooks "$scale" "" "" "$@"
 tail -n "$#" "artifacts/$scale/run_times.csv"
 if [ "${ADOPT:-0}" = 1 ]; then
-    cd "$repo"
-    .venv/bin/python bench/adopt_cold_run.py "$clone" --scale "$scale"
-    (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python notebook_steps.py --scale "$scale")
-    .venv/bin/memsafe report --record
-    .venv/bin/memsafe verify --scale "$scale"
+    adopt_cold_run "$repo" "$clone" "$scale"
 fi

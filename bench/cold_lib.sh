@@ -1,0 +1,45 @@
+# Shared by bench/cold_run.sh and bench/cold_resume.sh; sourced, not run.
+
+# run_cold_notebooks SCALE LOG CPU NOTEBOOK...: in the clone (the working directory), run each
+# notebook with --record while bench/cpu_busy.py samples the busy cores into
+# artifacts/scratch/cpu_busy.txt (appending, so a resumed part adds to the first). A notebook
+# whose start LOG already holds is marked "(resumed run on CPU)", which bench/interrupted_run.py
+# reads; with no LOG every notebook starts plainly.
+run_cold_notebooks() {
+    local scale="$1" log="$2" cpu="$3" notebook sampler
+    shift 3
+    mkdir -p artifacts/scratch
+    .venv/bin/python bench/cpu_busy.py sample --out artifacts/scratch/cpu_busy.txt --every 10 &
+    sampler=$!
+    trap "kill $sampler 2>/dev/null || true" EXIT
+    for notebook in "$@"; do
+        if [ -n "$log" ] && grep -q "^$notebook start " "$log"; then
+            date -u +"$notebook start %FT%TZ (resumed run on $cpu)"
+        else
+            date -u +"$notebook start %FT%TZ"
+        fi
+        .venv/bin/memsafe notebook "$notebook" --scale "$scale" --record
+    done
+    date -u +"end %FT%TZ"
+    kill "$sampler" 2>/dev/null || true
+}
+
+# adopt_cold_run REPO CLONE SCALE [LOG NOTEBOOK...]: bring the clone's results into the checkout
+# REPO (bench/adopt_cold_run.py refuses other code), add the minutes before each kill of a
+# notebook the LOG marks resumed (bench/interrupted_run.py), regenerate the step table and the
+# report, and verify. Nothing of it is timed.
+adopt_cold_run() {
+    local repo="$1" clone="$2" scale="$3" log="${4:-}" notebook
+    shift 3
+    if [ "$#" -gt 0 ]; then shift; fi
+    cd "$repo"
+    .venv/bin/python bench/adopt_cold_run.py "$clone" --scale "$scale"
+    for notebook in "$@"; do
+        if grep -q "^$notebook start .*(resumed run" "$log"; then
+            (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log "$log" --notebook "$notebook" --scale "$scale")
+        fi
+    done
+    (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python notebook_steps.py --scale "$scale")
+    .venv/bin/memsafe report --record
+    .venv/bin/memsafe verify --scale "$scale"
+}

@@ -1,0 +1,66 @@
+"""bench/cold_lib.sh, shared by bench/cold_run.sh and bench/cold_resume.sh, writes the log lines
+bench/interrupted_run.py reads: a notebook the log already saw start is marked resumed."""
+
+from __future__ import annotations
+
+import importlib
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from memsafe_lib import config
+
+LIB = config.REPO_ROOT / "bench" / "cold_lib.sh"
+
+
+def _stub(path: Path, body: str) -> None:
+    path.write_text(f"#!/usr/bin/env bash\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def _run_notebooks(clone: Path, log: Path | str, *notebooks: str) -> str:
+    """run_cold_notebooks in a clone whose python (the busy-core sampler) and memsafe are stubs."""
+    (clone / ".venv" / "bin").mkdir(parents=True, exist_ok=True)
+    _stub(clone / ".venv" / "bin" / "python", "exit 0")
+    _stub(clone / ".venv" / "bin" / "memsafe", 'echo "[memsafe 12:00:00 +1.0 s] ran $*"')
+    script = f'set -euo pipefail; source "{LIB}"; cd "{clone}"; run_cold_notebooks cpu "{log}" "AMD EPYC" {" ".join(notebooks)}'
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def test_a_notebook_the_log_saw_start_is_marked_resumed_and_interrupted_run_reads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "cold.log"
+    first = ("cold run of 01_construction_audit 02_training 03_ablations at cpu on abc, data x\n"
+             "01_construction_audit start 2026-11-29T10:00:00Z\n"
+             "[memsafe 10:30:00 +30.0 min] notebook 01_construction_audit at scale cpu: done in 30.0 min\n"
+             "02_training start 2026-11-29T10:30:01Z\n"
+             "[memsafe 11:10:01 +40.0 min] Stage A fine-tuning: done in 40.0 min\n")
+    log.write_text(first)
+    out = _run_notebooks(tmp_path / "clone", log, "02_training", "03_ablations")
+    lines = out.splitlines()
+    assert lines[0].startswith("02_training start ") and lines[0].endswith("Z (resumed run on AMD EPYC)")
+    assert lines[1] == "[memsafe 12:00:00 +1.0 s] ran notebook 02_training --scale cpu --record"
+    assert lines[2].startswith("03_ablations start ") and lines[2].endswith("Z")  # never started before
+    assert lines[-1].startswith("end ")
+
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    interrupted_run = importlib.import_module("interrupted_run")
+    [(start, last)] = interrupted_run.killed_parts(first + out, "02_training")
+    assert (last - start).total_seconds() == 40 * 60
+
+
+def test_without_a_log_every_notebook_starts_plainly(tmp_path: Path) -> None:
+    out = _run_notebooks(tmp_path / "clone", "", "01_construction_audit")
+    assert out.splitlines()[0].endswith("Z")
+    assert "resumed" not in out
+
+
+def test_both_cold_scripts_use_the_shared_loop_and_adoption() -> None:
+    for name in ("cold_run.sh", "cold_resume.sh"):
+        text = (config.REPO_ROOT / "bench" / name).read_text()
+        assert 'source "$repo/bench/cold_lib.sh"' in text
+        assert "run_cold_notebooks " in text and "adopt_cold_run " in text
+        assert ".venv/bin/memsafe notebook" not in text  # the loop lives in cold_lib.sh only
