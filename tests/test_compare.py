@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -85,3 +86,54 @@ def test_where_a_run_happened_is_not_a_difference(tmp_path: Path) -> None:
     _write(tmp_path / "after", times.assign(minutes=[350.0], cores=[16], fit_threads=[4], torch_threads=[8],
                                             cpu=["AMD EPYC"], bf16_units=[False], bf16_mode=["0"]), "run_times.csv")
     assert compare_trees(tmp_path / "before", tmp_path / "after").status.tolist() == ["identical"]
+
+
+def test_an_empty_table_reads_as_empty_and_a_file_that_is_no_csv_is_named(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Notebook 02 writes hardening_joint.csv with no columns where the joint encoder does not run:
+    two such files are the same table; a file pandas cannot read stops compare with its path."""
+    from memsafe_lib.cli import main
+
+    for side in ("ref", "other"):
+        (tmp_path / side / "02_training").mkdir(parents=True)
+        (tmp_path / side / "02_training" / "hardening_joint.csv").write_text("\n")
+    _write(tmp_path / "ref", _seeded([0.70, 0.72, 0.74, 0.60, 0.60, 0.60]))
+    _write(tmp_path / "other", _seeded([0.70, 0.72, 0.74, 0.60, 0.60, 0.60]))
+    table = compare_trees(tmp_path / "ref", tmp_path / "other").set_index("table")
+    assert table.loc["02_training/hardening_joint.csv", "status"] == "identical"
+    broken = tmp_path / "other" / "evaluate" / "m.csv"
+    broken.write_bytes(b'a,b\n"unterminated,1\n')
+    with pytest.raises(ValueError, match=str(broken)):
+        compare_trees(tmp_path / "ref", tmp_path / "other")
+    assert main(["compare", str(tmp_path / "ref"), str(tmp_path / "other")]) == 2
+    assert str(broken) in capsys.readouterr().err
+
+
+def _with_config(auroc: list[float], best_epochs: list[int], width: int = 128,
+                 leaves: tuple[int, ...] = (15, 15, 15)) -> pd.DataFrame:
+    configs = [json.dumps({"width": width, "epochs": 30, "best_epoch": e}) for e in best_epochs]
+    configs += [json.dumps({"learning_rate": 0.1, "max_leaf_nodes": n}) for n in leaves]
+    return _seeded(auroc).assign(config=configs)
+
+
+def test_what_a_fit_selected_does_not_split_seeds_but_a_changed_setting_differs(tmp_path: Path) -> None:
+    """metrics.csv's config holds early stopping's best_epoch and the grid point validation chose,
+    both different by seed: read as settings, they would give each seed a group of its own (SD 0,
+    tolerance 1e-6), and any rerun would fail."""
+    ref = [0.70, 0.72, 0.74, 0.60, 0.62, 0.64]  # SD 0.02 for each model (hand: std of .70/.72/.74)
+    _write(tmp_path / "ref", _with_config(ref, [8, 6, 12], leaves=(15, 31, 15)))
+    _write(tmp_path / "near", _with_config([0.75, 0.72, 0.74, 0.65, 0.62, 0.64], [9, 6, 3], leaves=(31, 31, 15)))
+    near = compare_trees(tmp_path / "ref", tmp_path / "near").iloc[0]
+    assert near["status"] == "within tolerance" and "tolerance 0.06" in near["differences"]
+    assert "config" not in near["differences"]
+    _write(tmp_path / "wider", _with_config(ref, [8, 6, 12], width=256, leaves=(15, 31, 15)))
+    wider = compare_trees(tmp_path / "ref", tmp_path / "wider").iloc[0]
+    assert wider["status"] == "differs" and "config: text or shape" in wider["differences"]
+
+
+def test_the_selection_keys_cover_every_grid_a_fit_chooses_from() -> None:
+    from memsafe_lib.estimators import baselines, lexset, memsafe
+    from memsafe_lib.evaluation.compare import FIT_OUTCOME_KEYS
+
+    grids = [lexset.GRID, lexset.LOGISTIC_GRID, baselines.C_GRID, memsafe.RelevanceAggregation.grid]
+    assert {key for grid in grids for point in grid for key in point} | {"best_epoch"} <= FIT_OUTCOME_KEYS

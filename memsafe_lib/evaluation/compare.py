@@ -5,7 +5,13 @@ the other, timing and place columns dropped. A table is ``identical`` when equal
 ``within tolerance`` when every numeric difference lies inside what the reference run's own
 seed spread allows, ``outside tolerance`` when one does not, ``differs`` when it changed and
 no spread is known (text, shape, or a deterministic number beyond rounding), ``missing`` when
-the other tree lacks it.
+the other tree lacks it. A file with no columns (a table a scale did not fill) reads as an
+empty table; a file that is no CSV stops the comparison with its path.
+
+A ``config`` cell (the JSON a fit records) is compared as its settings: what the fit chose
+(:data:`FIT_OUTCOME_KEYS`: early stopping's epoch, the grid point validation picked) differs
+by seed and between runs as a metric does, so it neither splits the seeds nor counts as a
+changed setting; the metrics it led to are held to their tolerance instead.
 
 The tolerance of a number is ``k`` seed standard deviations (default 3), read from the
 reference table itself: a column ``X`` with a sibling ``X_sd`` (a mean over seeds and its SD),
@@ -17,11 +23,13 @@ its own reference value.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from memsafe_lib.estimators import baselines, lexset, memsafe
 from memsafe_lib.io import read_csv
 
 TIMING_COLUMNS: frozenset[str] = frozenset({
@@ -31,6 +39,36 @@ TIMING_COLUMNS: frozenset[str] = frozenset({
 })
 """Wall times, throughput, clock stamps, the code fingerprint and the machine (its CPU, bf16
 units, precision mode, cores and thread counts): they change with the run, not the result."""
+
+
+FIT_OUTCOME_KEYS: frozenset[str] = frozenset({"best_epoch"} | {
+    key for grid in (lexset.GRID, lexset.LOGISTIC_GRID, baselines.C_GRID, memsafe.RelevanceAggregation.grid)
+    for point in grid for key in point})
+"""Keys of a ``config`` cell that a fit chose (early stopping, selection on validation), not set."""
+
+
+def fit_settings(cell: object) -> object:
+    """A ``config`` cell without what the fit chose, as canonical JSON; any other cell as it is."""
+    if not isinstance(cell, str) or not cell.startswith("{"):
+        return cell
+    try:
+        settings = json.loads(cell)
+    except json.JSONDecodeError:
+        return cell
+    return json.dumps({k: v for k, v in settings.items() if k not in FIT_OUTCOME_KEYS}, sort_keys=True)
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """The table at ``path``: empty where the file has no columns, an error naming it where it is no CSV."""
+    try:
+        frame = read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
+        raise ValueError(f"{path}: not a CSV table ({exc})") from exc
+    if "config" in frame.columns:
+        frame["config"] = frame["config"].map(fit_settings)
+    return frame
 
 
 def tables(root: Path) -> list[Path]:
@@ -119,6 +157,6 @@ def compare_trees(before: Path, after: Path, k: float = DEFAULT_K) -> pd.DataFra
         if not (after / rel).exists():
             rows.append({"table": rel.as_posix(), "status": "missing", "differences": ""})
             continue
-        status, diffs = compare_table(read_csv(before / rel), read_csv(after / rel), k)
+        status, diffs = compare_table(read_table(before / rel), read_table(after / rel), k)
         rows.append({"table": rel.as_posix(), "status": status, "differences": _detail(diffs)})
     return pd.DataFrame(rows, columns=["table", "status", "differences"])
