@@ -1,0 +1,41 @@
+"""bench/compare_runs.py: the verdict counts and both runs' identities, from two small trees."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from memsafe_lib import config
+
+
+@pytest.fixture
+def compare_runs(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    return importlib.import_module("compare_runs")
+
+
+def _tree(root: Path, auroc: list[float], code: str, cpu: str) -> Path:
+    (root / "evaluate").mkdir(parents=True)
+    pd.DataFrame({"model": ["memsafe"] * 3, "seed": [17, 29, 43], "unsafe_auroc": auroc}).to_csv(
+        root / "evaluate" / "m.csv", index=False)
+    pd.DataFrame({"dataset": ["musique"], "raw_records": [659]}).to_csv(root / "counts.csv", index=False)
+    pd.DataFrame({"notebook": ["01", "02"], "minutes": [1.0, 2.0], "code": [code, code],
+                  "cpu": [cpu, cpu]}).to_csv(root / "run_times.csv", index=False)
+    return root
+
+
+def test_counts_per_verdict_and_both_runs_code_and_cpu(compare_runs, tmp_path: Path) -> None:
+    ref = _tree(tmp_path / "ref", [0.70, 0.72, 0.74], "44ada4fb96ae", "Intel(R) Xeon(R) Processor")
+    new = _tree(tmp_path / "new", [0.75, 0.72, 0.74], "656d1c0aaaaa", "AMD EPYC")  # 0.05 < 3 x 0.02
+    (ref / "only_here.csv").write_text("a\n1\n")
+    table, summary = compare_runs.verdicts(ref, new)
+    assert dict(zip(table.table, table.status, strict=True)) == {
+        "counts.csv": "identical", "evaluate/m.csv": "within tolerance", "only_here.csv": "missing",
+        "run_times.csv": "identical"}
+    assert (summary["tables"], summary["n_identical"], summary["n_within_tolerance"], summary["n_missing"],
+            summary["n_outside_tolerance"], summary["n_differs"]) == (4, 2, 1, 1, 0, 0)
+    assert (summary["reference_code"], summary["reference_cpu"]) == ("44ada4fb96ae", "Intel(R) Xeon(R) Processor")
+    assert (summary["code"], summary["cpu"]) == ("656d1c0aaaaa", "AMD EPYC")
