@@ -13,7 +13,9 @@ difference of two specs (``A - B``); between them one operator (``< <= > >= == !
 Booleans read as 1 and 0. A
 claim over many rows takes an aggregate: "all above x" is ``agg=min ... > x``. This test
 reads every claim of the generated documents and fails, naming document, line and both
-values, on the first that no longer holds: reword the sentence, then its claim.
+values, on every claim that no longer holds: reword the sentence, then its claim. Before a new
+run's artifacts are adopted, ``MEMSAFE_ARTIFACTS_DIR=<its clone>/artifacts`` checks the prose
+against them (a claim on a table that run has not written yet fails to read).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def test_every_claim_of_the_committed_documents_holds(document: Path) -> None:
     text = document.read_text(encoding="utf-8")
     broken = []
     for line, spec in claims(text):
-        holds, left, right = check_claim(spec, config.REPO_ROOT / "artifacts")
+        holds, left, right = check_claim(spec, config.artifacts_dir())
         if not holds:
             broken.append(f"{document.name}:{line}: {spec} (left {left:.6g}, right {right:.6g})")
     assert not broken, "sentences whose verdict the numbers no longer support:\n" + "\n".join(broken)
