@@ -14,7 +14,7 @@ Booleans read as 1 and 0. A
 claim over many rows takes an aggregate: "all above x" is ``agg=min ... > x``. This test
 reads every claim of the generated documents and fails, naming document, line and both
 values, on every claim that no longer holds: reword the sentence, then its claim. Before a new
-run's artifacts are adopted, ``MEMSAFE_ARTIFACTS_DIR=<its clone>/artifacts`` checks the prose
+run's artifacts are adopted, ``MEMSAFE_CLAIMS_ARTIFACTS=<its clone>/artifacts`` checks the prose
 against them (a claim on a table that run has not written yet fails to read).
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import re
 import shlex
 from collections.abc import Callable
@@ -33,6 +34,8 @@ import pytest
 from memsafe_lib import config
 from memsafe_lib.reporting.paper_report import GENERATED_DOCUMENTS, render_value
 
+CLAIMS_ARTIFACTS = Path(os.environ.get("MEMSAFE_CLAIMS_ARTIFACTS", config.REPO_ROOT / "artifacts"))
+"""The committed artifacts; another run's (its clone's ``artifacts/``) to check the prose against it."""
 CLAIM = re.compile(r"<!-- memsafe:claim (?P<spec>[^\n]*?) -->")
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
@@ -119,7 +122,7 @@ def test_every_claim_of_the_committed_documents_holds(document: Path) -> None:
     text = document.read_text(encoding="utf-8")
     broken = []
     for line, spec in claims(text):
-        holds, left, right = check_claim(spec, config.artifacts_dir())
+        holds, left, right = check_claim(spec, CLAIMS_ARTIFACTS)
         if not holds:
             broken.append(f"{document.name}:{line}: {spec} (left {left:.6g}, right {right:.6g})")
     assert not broken, "sentences whose verdict the numbers no longer support:\n" + "\n".join(broken)
