@@ -27,12 +27,17 @@ run_cold_notebooks() {
 # adopt_cold_run REPO CLONE SCALE [LOG NOTEBOOK...]: bring the clone's results into the checkout
 # REPO (bench/adopt_cold_run.py refuses other code), add the minutes before each kill of a
 # notebook the LOG marks resumed (bench/interrupted_run.py), regenerate the step table and the
-# report, and verify. Nothing of it is timed.
+# report, and verify. Then `memsafe compare` the run it replaces (kept first as a worktree of
+# REPO's HEAD beside REPO, previous-SCALE-run) against it (bench/compare_runs.py), and check
+# every verdict of the prose against the new numbers (tests/test_report_claims.py), naming the
+# sentences to reword. Nothing of it is timed.
 adopt_cold_run() {
-    local repo="$1" clone="$2" scale="$3" log="${4:-}" notebook
+    local repo="$1" clone="$2" scale="$3" log="${4:-}" notebook previous
     shift 3
     if [ "$#" -gt 0 ]; then shift; fi
     cd "$repo"
+    previous="$(cd .. && pwd)/previous-$scale-run"
+    [ -e "$previous" ] || git worktree add -q --detach "$previous" HEAD
     .venv/bin/python bench/adopt_cold_run.py "$clone" --scale "$scale"
     for notebook in "$@"; do
         if grep -q "^$notebook start .*(resumed run" "$log"; then
@@ -42,4 +47,8 @@ adopt_cold_run() {
     (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python notebook_steps.py --scale "$scale")
     .venv/bin/memsafe report --record
     .venv/bin/memsafe verify --scale "$scale"
+    (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python compare_runs.py --reference "$previous/artifacts/$scale" --scale "$scale" \
+        | tail -n 3) || true
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_report_claims.py \
+        || echo "adopt_cold_run: the sentences named above no longer hold on the new run; reword them and their claims"
 }

@@ -64,3 +64,30 @@ def test_both_cold_scripts_use_the_shared_loop_and_adoption() -> None:
         assert 'source "$repo/bench/cold_lib.sh"' in text
         assert "run_cold_notebooks " in text and "adopt_cold_run " in text
         assert ".venv/bin/memsafe notebook" not in text  # the loop lives in cold_lib.sh only
+
+
+def test_adoption_keeps_the_replaced_run_compares_it_and_checks_the_prose(tmp_path: Path) -> None:
+    """adopt_cold_run keeps the checkout's committed run as a worktree before adopting, then runs
+    compare_runs.py against it and the claims test; a failing claim is named, not fatal."""
+    repo = tmp_path / "repo"
+    (repo / "bench").mkdir(parents=True)
+    (repo / "artifacts" / "cpu").mkdir(parents=True)
+    (repo / "artifacts" / "cpu" / "run_times.csv").write_text("notebook,code\n01,old\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "old run"], check=True)
+    calls = tmp_path / "calls.txt"
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    _stub(repo / ".venv" / "bin" / "python",
+          f'echo "python $*" >> "{calls}"; case "$*" in *test_report_claims*) exit 1;; esac; exit 0')
+    _stub(repo / ".venv" / "bin" / "memsafe", f'echo "memsafe $*" >> "{calls}"')
+    script = f'set -euo pipefail; source "{LIB}"; adopt_cold_run "{repo}" /clone cpu'
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    previous = tmp_path / "previous-cpu-run"
+    assert (previous / "artifacts" / "cpu" / "run_times.csv").read_text() == "notebook,code\n01,old\n"
+    made = [line.split()[1] if line.startswith("python") else line for line in calls.read_text().splitlines()]
+    assert made == ["bench/adopt_cold_run.py", "notebook_steps.py", "memsafe report --record",
+                    "memsafe verify --scale cpu", "compare_runs.py", "-m"]
+    assert f"--reference {previous}/artifacts/cpu" in calls.read_text()
+    assert "no longer hold on the new run" in done.stdout
