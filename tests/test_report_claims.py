@@ -27,6 +27,7 @@ import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -37,7 +38,7 @@ from memsafe_lib.reporting.paper_report import GENERATED_DOCUMENTS, render_value
 CLAIMS_ARTIFACTS = Path(os.environ.get("MEMSAFE_CLAIMS_ARTIFACTS", config.REPO_ROOT / "artifacts"))
 """The committed artifacts; another run's (its clone's ``artifacts/``) to check the prose against it."""
 CLAIM = re.compile(r"<!-- memsafe:claim (?P<spec>[^\n]*?) -->")
-OPERATORS: dict[str, Callable[[float, float], bool]] = {
+OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
 
 
@@ -45,7 +46,7 @@ Value = float | str
 
 
 def _value(tokens: list[str], artifacts: Path) -> Value:
-    """A number (booleans as 1/0) or a text cell: a literal where one token reads as a number."""
+    """A number (booleans as 1/0) or a text cell; one token that is no value spec is a literal (0.5, pass)."""
     if len(tokens) == 1:
         try:
             return float(tokens[0])
