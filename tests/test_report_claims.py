@@ -118,14 +118,34 @@ def test_a_claim_compares_a_value_with_a_number_or_another_value(tmp_path: Path)
         (2, "x y > 1"), (3, "z == 0")]
 
 
-@pytest.mark.parametrize("document", GENERATED_DOCUMENTS, ids=lambda p: p.name)
-def test_every_claim_of_the_committed_documents_holds(document: Path) -> None:
-    text = document.read_text(encoding="utf-8")
+def _shown(value: Value) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else repr(value)
+
+
+def broken_claims(text: str, name: str, artifacts: Path) -> list[str]:
+    """``name:line: spec (left …, right …)`` for each claim of ``text`` that does not hold."""
     broken = []
     for line, spec in claims(text):
-        holds, left, right = check_claim(spec, CLAIMS_ARTIFACTS)
+        holds, left, right = check_claim(spec, artifacts)
         if not holds:
-            broken.append(f"{document.name}:{line}: {spec} (left {left:.6g}, right {right:.6g})")
+            broken.append(f"{name}:{line}: {spec} (left {_shown(left)}, right {_shown(right)})")
+    return broken
+
+
+def test_a_broken_claim_is_named_with_both_values_whether_number_or_word(tmp_path: Path) -> None:
+    """A failing word claim (H4 status == fail after a rerun) is reported, not a format error."""
+    (tmp_path / "cpu").mkdir()
+    pd.DataFrame({"id": ["H4"], "status": ["pass"], "delta": [0.25]}).to_csv(tmp_path / "cpu" / "h.csv", index=False)
+    text = ("H4 fails <!-- memsafe:claim cpu/h.csv id=H4 status == fail -->\n"
+            "by a lot <!-- memsafe:claim cpu/h.csv id=H4 delta < 0 -->\nholds <!-- memsafe:claim cpu/h.csv id=H4 delta > 0 -->")
+    assert broken_claims(text, "R.md", tmp_path) == [
+        "R.md:1: cpu/h.csv id=H4 status == fail (left 'pass', right 'fail')",
+        "R.md:2: cpu/h.csv id=H4 delta < 0 (left 0.25, right 0)"]
+
+
+@pytest.mark.parametrize("document", GENERATED_DOCUMENTS, ids=lambda p: p.name)
+def test_every_claim_of_the_committed_documents_holds(document: Path) -> None:
+    broken = broken_claims(document.read_text(encoding="utf-8"), document.name, CLAIMS_ARTIFACTS)
     assert not broken, "sentences whose verdict the numbers no longer support:\n" + "\n".join(broken)
 
 
