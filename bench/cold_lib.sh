@@ -26,7 +26,8 @@ run_cold_notebooks() {
 
 # adopt_cold_run REPO CLONE SCALE [LOG NOTEBOOK...]: bring the clone's results into the checkout
 # REPO (bench/adopt_cold_run.py refuses other code), add the minutes before each kill of a
-# notebook the LOG marks resumed (bench/interrupted_run.py), regenerate the step table and the
+# notebook the LOG marks resumed, up to when the busy-core sampler last saw the machine
+# (bench/interrupted_run.py), regenerate the step table and the
 # report, and verify. Then `memsafe compare` the run it replaces (kept first as a worktree of
 # REPO's HEAD beside REPO, previous-SCALE-run) against it (bench/compare_runs.py), and check
 # every verdict of the prose against the new numbers (tests/test_report_claims.py), naming the
@@ -41,7 +42,8 @@ adopt_cold_run() {
     .venv/bin/python bench/adopt_cold_run.py "$clone" --scale "$scale"
     for notebook in "$@"; do
         if grep -q "^$notebook start .*(resumed run" "$log"; then
-            (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log "$log" --notebook "$notebook" --scale "$scale")
+            (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log "$log" --notebook "$notebook" \
+                --scale "$scale" --busy "$clone/artifacts/scratch/cpu_busy.txt")
         fi
     done
     (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python notebook_steps.py --scale "$scale")

@@ -10,12 +10,23 @@ kill is not counted before it (the log's last line is where useful work is known
 ended) and is counted again, whole, in the resumed part; the resumed part also pays for
 reading the caches back, so the sum errs high by that, a minute or so.
 
+The log undercounts a step that caches its progress as it goes: notebook 06 prints one line
+per phase and stores every generation as it ends, and Stage A's encoding stores every batch,
+so the generations or batches finished after the last line are read back, not redone, and
+their minutes belong to the cold time. With ``--busy`` (the busy-core sampler's file that
+``bench/cold_run.sh`` writes beside the run) a killed part ends at the sampler's last line
+before the next execution started, when the machine was last seen working, if that is later
+than the log's last line. That end errs high by the uncached work under way at the kill
+(a generation, a batch, or a Stage B fit), which the resumed part repeats; the row keeps the
+log's minutes too (``minutes_before_kill_logged``), so the cold time lies between the two.
+
 Records (notebook, started, last step before the last kill, kills, minutes before the kills,
 minutes resumed, their sum) in ``artifacts/<scale>/bench/interrupted_runs.csv``, and the cold run's
 time table, one row per notebook with the killed part added and a last row ``all``, in
 ``artifacts/<scale>/bench/cold_run.csv``:
 
-    cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log COLD_LOG --notebook 02_training
+    cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log COLD_LOG --notebook 02_training \
+        [--busy CLONE/artifacts/scratch/cpu_busy.txt]
 """
 
 from __future__ import annotations
@@ -32,12 +43,22 @@ from memsafe_lib import config
 from memsafe_lib.io import replace_row
 
 STAMP = re.compile(r"\[memsafe (\d\d):(\d\d):(\d\d) ")
+SAMPLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)Z? ", re.MULTILINE)  # bench/cpu_busy.py's lines
 
 
-def killed_parts(log: str, notebook: str) -> list[tuple[dt.datetime, dt.datetime]]:
-    """(start, last logged step) of every killed execution of ``notebook`` in ``log``, in order:
-    the cold run's "NB start <UTC>" line, or a later one marked "(resumed run ...)", then the
-    last ``[memsafe HH:MM:SS`` stamp before the next execution of that notebook starts. The
+def last_sample(samples: str, after: dt.datetime, before: dt.datetime) -> dt.datetime | None:
+    """The sampler's last timestamp inside (``after``, ``before``): when the machine running a
+    killed execution was last seen, ``None`` when it sampled nothing then."""
+    times = [dt.datetime.fromisoformat(m.group(1)).replace(tzinfo=dt.UTC) for m in SAMPLE.finditer(samples)]
+    inside = [t for t in times if after < t < before]
+    return max(inside) if inside else None
+
+
+def killed_parts(log: str, notebook: str, samples: str | None = None) -> list[tuple[dt.datetime, dt.datetime]]:
+    """(start, end) of every killed execution of ``notebook`` in ``log``, in order: the cold
+    run's "NB start <UTC>" line, or a later one marked "(resumed run ...)", then the last
+    ``[memsafe HH:MM:SS`` stamp before the next execution of that notebook starts, or, given
+    the busy-core sampler's ``samples``, its last line before then where that is later. The
     last execution is the one that finished (its minutes are the ``run_times.csv`` row)."""
     starts = list(re.finditer(rf"^{re.escape(notebook)} start (\S+?)Z?(?: \(resumed run[^)]*\))?$", log,
                               flags=re.MULTILINE))
@@ -57,6 +78,10 @@ def killed_parts(log: str, notebook: str) -> list[tuple[dt.datetime, dt.datetime
             stamp = last.replace(hour=int(h), minute=int(m), second=int(s))
             stamp = min((stamp + dt.timedelta(days=d) for d in (-1, 0, 1)), key=lambda t: abs(t - last))
             last = max(last, stamp)
+        if samples is not None:
+            resumed = dt.datetime.fromisoformat(following.group(1)).replace(tzinfo=dt.UTC)
+            seen = last_sample(samples, begun, resumed)
+            last = max(last, seen) if seen is not None else last
         parts.append((begun, last))
     return parts
 
@@ -93,8 +118,12 @@ def main() -> None:
     parser.add_argument("--log", required=True, help="the cold run's log (bench/cold_run.sh's output)")
     parser.add_argument("--notebook", required=True)
     parser.add_argument("--scale", default="cpu")
+    parser.add_argument("--busy", type=Path, help="the busy-core sampler's file (bench/cpu_busy.py sample): "
+                        "a killed part ends when the machine was last seen working, if after the log's last line")
     args = parser.parse_args()
-    parts = killed_parts(Path(args.log).read_text(errors="replace"), args.notebook)
+    log = Path(args.log).read_text(errors="replace")
+    logged = killed_parts(log, args.notebook)
+    parts = killed_parts(log, args.notebook, samples=args.busy.read_text()) if args.busy else logged
     scale = config.scale_config(args.scale)
     run_times = scale.run_dir / config.RUN_TIMES_FILE
     times = pd.read_csv(run_times).set_index("notebook")
@@ -102,14 +131,18 @@ def main() -> None:
         raise SystemExit(f"{args.notebook} has no row in run_times.csv (adopt the resumed run first)")
     resumed = times.loc[args.notebook]
     before = sum((last - start).total_seconds() for start, last in parts) / 60
+    before_logged = sum((last - start).total_seconds() for start, last in logged) / 60
     row = {"notebook": args.notebook, "started_utc": parts[0][0].isoformat(timespec="seconds"),
            "last_step_before_kill_utc": parts[-1][1].isoformat(timespec="seconds"),
-           "kills": len(parts), "minutes_before_kill": round(before, 1), "minutes_resumed": float(resumed["minutes"]),
+           "kill_end_from": "busy-core sampler" if parts != logged else "log",
+           "kills": len(parts), "minutes_before_kill": round(before, 1),
+           "minutes_before_kill_logged": round(before_logged, 1), "minutes_resumed": float(resumed["minutes"]),
            "minutes_total": round(before + float(resumed["minutes"]), 1), "code": str(resumed["code"]),
            "cpu": str(resumed["cpu"]), "bf16_units": bool(resumed["bf16_units"])}  # numpy scalars are not JSON
     table = replace_row(scale.output_dir(config.BENCH) / "interrupted_runs.csv", row, key="notebook")
     table = table[table.code.astype(str) == row["code"]]  # an earlier run's kills are not this run's
     args.log = Path(args.log).name  # the ledger names the log without this machine's paths
+    args.busy = args.busy.name if args.busy else None
     save_report("interrupted-run", "interrupted_runs", args, [], {"last": row}, table=table, inputs=[run_times])
     cold = cold_table(times.reset_index(), table)
     save_report("cold-run", "cold_run", args, [], {"minutes": float(cold.minutes.iloc[-1])}, table=cold,

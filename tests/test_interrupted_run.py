@@ -86,3 +86,36 @@ def test_cold_table_refuses_an_interruption_of_another_code_version(interrupted_
                                 "minutes_resumed": [51.2], "code": ["old"]})
     with pytest.raises(SystemExit, match="02_training"):
         interrupted_run.cold_table(run_times, interrupted)
+
+
+READER_LOG = """06_reader_gating start 2026-12-02T00:45:00Z
+[memsafe 00:46:58 +1.9 min] reader qwen and judge qwen on 90 memories ...
+06_reader_gating start 2026-12-02T01:39:27Z (resumed run on AMD EPYC)
+[memsafe 01:49:52 +9.8 min] reader qwen and judge qwen on 90 memories: done in 9.2 min
+"""
+# the busy-core sampler's lines: busy until the machine went at 01:18:14, then the resumed run
+SAMPLES = """2026-12-02T00:44:54Z 0.225
+2026-12-02T00:47:04Z 1.975
+2026-12-02T01:18:04Z 1.994
+2026-12-02T01:18:14Z 1.985
+2026-12-02T01:39:38Z 0.022
+2026-12-02T01:40:08Z 0.537
+"""
+
+
+def test_the_sampler_extends_a_killed_part_past_the_last_logged_phase(interrupted_run) -> None:
+    # notebook 06 logs one line per phase and caches every generation as it ends: the log's
+    # last stamp (00:46:58) misses the 31 minutes of generations the resumed run read back
+    [(start, logged)] = interrupted_run.killed_parts(READER_LOG, "06_reader_gating")
+    assert logged == dt.datetime(2026, 12, 2, 0, 46, 58, tzinfo=dt.UTC)
+    [(start_b, machine)] = interrupted_run.killed_parts(READER_LOG, "06_reader_gating", samples=SAMPLES)
+    assert start_b == start
+    # the last sample before the resumed execution started, not one of the resumed run's
+    assert machine == dt.datetime(2026, 12, 2, 1, 18, 14, tzinfo=dt.UTC)
+
+
+def test_the_sampler_never_moves_a_killed_part_back(interrupted_run) -> None:
+    # a sampler that stopped before the last logged step leaves the log's end
+    early = "2026-12-02T00:45:10Z 1.9\n"
+    [(_, end)] = interrupted_run.killed_parts(READER_LOG, "06_reader_gating", samples=early)
+    assert end == dt.datetime(2026, 12, 2, 0, 46, 58, tzinfo=dt.UTC)
