@@ -27,6 +27,7 @@ time table, one row per notebook with the killed part added and a last row ``all
 
     cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log COLD_LOG --notebook 02_training \
         [--busy CLONE/artifacts/scratch/cpu_busy.txt]
+    cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py   # the table alone, no kill to add
 """
 
 from __future__ import annotations
@@ -113,20 +114,11 @@ def cold_table(run_times: pd.DataFrame, interrupted: pd.DataFrame) -> pd.DataFra
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--log", required=True, help="the cold run's log (bench/cold_run.sh's output)")
-    parser.add_argument("--notebook", required=True)
-    parser.add_argument("--scale", default="cpu")
-    parser.add_argument("--busy", type=Path, help="the busy-core sampler's file (bench/cpu_busy.py sample): "
-                        "a killed part ends when the machine was last seen working, if after the log's last line")
-    args = parser.parse_args()
-    log = Path(args.log).read_text(errors="replace")
+def record_interruption(args: argparse.Namespace, log: str, samples: str | None, times: pd.DataFrame,
+                        run_times: Path) -> None:
+    """Add ``args.notebook``'s killed parts to ``interrupted_runs.csv`` (one row per notebook)."""
     logged = killed_parts(log, args.notebook)
-    parts = killed_parts(log, args.notebook, samples=args.busy.read_text()) if args.busy else logged
-    scale = config.scale_config(args.scale)
-    run_times = scale.run_dir / config.RUN_TIMES_FILE
-    times = pd.read_csv(run_times).set_index("notebook")
+    parts = killed_parts(log, args.notebook, samples=samples) if samples is not None else logged
     if args.notebook not in times.index:
         raise SystemExit(f"{args.notebook} has no row in run_times.csv (adopt the resumed run first)")
     resumed = times.loc[args.notebook]
@@ -139,14 +131,38 @@ def main() -> None:
            "minutes_before_kill_logged": round(before_logged, 1), "minutes_resumed": float(resumed["minutes"]),
            "minutes_total": round(before + float(resumed["minutes"]), 1), "code": str(resumed["code"]),
            "cpu": str(resumed["cpu"]), "bf16_units": bool(resumed["bf16_units"])}  # numpy scalars are not JSON
+    scale = config.scale_config(args.scale)
     table = replace_row(scale.output_dir(config.BENCH) / "interrupted_runs.csv", row, key="notebook")
     table = table[table.code.astype(str) == row["code"]]  # an earlier run's kills are not this run's
-    args.log = Path(args.log).name  # the ledger names the log without this machine's paths
-    args.busy = args.busy.name if args.busy else None
     save_report("interrupted-run", "interrupted_runs", args, [], {"last": row}, table=table, inputs=[run_times])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log", help="the cold run's log (bench/cold_run.sh's output); needed with --notebook")
+    parser.add_argument("--notebook", help="the killed and resumed notebook to add; without it, only the "
+                        "cold time table is rewritten (a run with no kill needs it too)")
+    parser.add_argument("--scale", default="cpu")
+    parser.add_argument("--busy", type=Path, help="the busy-core sampler's file (bench/cpu_busy.py sample): "
+                        "a killed part ends when the machine was last seen working, if after the log's last line")
+    args = parser.parse_args()
+    scale = config.scale_config(args.scale)
+    run_times = scale.run_dir / config.RUN_TIMES_FILE
+    times = pd.read_csv(run_times).set_index("notebook")
+    if args.notebook and not args.log:
+        parser.error("--notebook needs --log, the cold run's log")
+    log = Path(args.log).read_text(errors="replace") if args.notebook else ""
+    samples = args.busy.read_text() if args.busy else None
+    args.log = Path(args.log).name if args.log else None  # the ledger names files without this machine's paths
+    args.busy = args.busy.name if args.busy else None
+    if args.notebook:
+        record_interruption(args, log, samples, times, run_times)
+    killed = scale.output_dir(config.BENCH) / "interrupted_runs.csv"
+    table = pd.read_csv(killed) if killed.is_file() else pd.DataFrame(columns=["notebook", "code"])
+    table = table[table.code.astype(str).isin(set(times.code.astype(str)))]  # kills of the timed code only
     cold = cold_table(times.reset_index(), table)
     save_report("cold-run", "cold_run", args, [], {"minutes": float(cold.minutes.iloc[-1])}, table=cold,
-                inputs=[run_times, scale.output_dir(config.BENCH) / "interrupted_runs.csv"])
+                inputs=[run_times, *([killed] if killed.is_file() else [])])
 
 
 if __name__ == "__main__":

@@ -87,7 +87,10 @@ def test_adoption_keeps_the_replaced_run_compares_it_and_checks_the_prose(tmp_pa
     previous = tmp_path / "previous-cpu-run"
     assert (previous / "artifacts" / "cpu" / "run_times.csv").read_text() == "notebook,code\n01,old\n"
     made = [line.split()[1] if line.startswith("python") else line for line in calls.read_text().splitlines()]
-    assert made == ["bench/adopt_cold_run.py", "notebook_steps.py", "memsafe report --record",
+    # the replaced run's time table is kept before adopting; the new run's table is rewritten
+    # even when no notebook was killed (cold_run.csv was left the replaced run's before), then kept
+    assert made == ["cold_run_history.py", "bench/adopt_cold_run.py", "interrupted_run.py", "cold_run_history.py",
+                    "notebook_steps.py", "memsafe report --record",
                     "memsafe verify --scale cpu", "compare_runs.py", "-m"]
     assert f"--reference {previous}/artifacts/cpu" in calls.read_text()
     assert "no longer hold on the new run" in done.stdout

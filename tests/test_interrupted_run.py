@@ -119,3 +119,23 @@ def test_the_sampler_never_moves_a_killed_part_back(interrupted_run) -> None:
     early = "2026-12-02T00:45:10Z 1.9\n"
     [(_, end)] = interrupted_run.killed_parts(READER_LOG, "06_reader_gating", samples=early)
     assert end == dt.datetime(2026, 12, 2, 0, 46, 58, tzinfo=dt.UTC)
+
+
+def test_cold_run_history_keeps_earlier_runs_and_replaces_a_run_kept_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pandas as pd
+
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    history = importlib.import_module("cold_run_history")
+
+    def cold(code: str, cpu: str, minutes: float) -> pd.DataFrame:
+        return pd.DataFrame({"notebook": ["01_construction_audit", "all"], "minutes": [minutes, minutes],
+                             "cpu": [cpu, cpu], "code": [code, code]})
+
+    kept = history.add_run(None, cold("old", "Xeon", 10.0))
+    kept = history.add_run(kept, cold("new", "EPYC", 12.0))
+    kept = history.add_run(kept, cold("new", "EPYC", 13.0))  # the same run kept again
+    assert kept.groupby("run").size().to_dict() == {"new on EPYC": 2, "old on Xeon": 2}
+    assert kept[kept.run == "new on EPYC"].minutes.tolist() == [13.0, 13.0]
+    assert kept[kept.run == "old on Xeon"].minutes.tolist() == [10.0, 10.0]
+    with pytest.raises(SystemExit, match="'all' row"):
+        history.add_run(None, cold("x", "y", 1.0).iloc[:1])
