@@ -19,6 +19,9 @@
 # WARM_GRID=1: before the timed notebooks, compute (untimed) MuSiQue's Stage A for the Stage B
 # grid check, which a one-piece `make reproduce` has from notebook 02's cache; a part that
 # starts after 02 would otherwise pay for it inside 07. The clone's log says when it ran.
+# PARTS=1: before the notebooks, write the finished notebooks of earlier machines that
+# bench/cold_parts.py saved into the checkout (bench/cold_parts/<scale>/, committed) into the
+# clone, and their logs into this log, so this part joins them and ADOPT=1 takes every part.
 # ADOPT=1: afterwards, bring the clone's results into this checkout (bench/adopt_cold_run.py,
 # which refuses if this checkout's code changed meanwhile), regenerate the step table and the
 # report, and verify; nothing of it is timed.
@@ -48,6 +51,9 @@ from memsafe_lib.evaluation.neural import select_stage_b
 from memsafe_lib.threads import configure_threads
 configure_threads()
 print(select_stage_b(config.scale_config('$scale')))"
+fi
+if [ "${PARTS:-0}" = 1 ]; then
+    .venv/bin/python bench/cold_parts.py restore "$clone" --scale "$scale"
 fi
 run_cold_notebooks "$scale" "" "" "$@"
 tail -n "$#" "artifacts/$scale/run_times.csv"

@@ -66,6 +66,13 @@ def test_both_cold_scripts_use_the_shared_loop_and_adoption() -> None:
         assert ".venv/bin/memsafe notebook" not in text  # the loop lives in cold_lib.sh only
 
 
+def test_a_later_part_restores_the_saved_parts_after_the_install_and_before_its_notebooks() -> None:
+    text = (config.REPO_ROOT / "bench" / "cold_run.sh").read_text()
+    install, restore = text.index("make install readers"), text.index("bench/cold_parts.py restore")
+    assert install < restore < text.index('run_cold_notebooks "$scale"')
+    assert 'if [ "${PARTS:-0}" = 1 ]' in text[install:restore]
+
+
 def test_adoption_keeps_the_replaced_run_compares_it_and_checks_the_prose(tmp_path: Path) -> None:
     """adopt_cold_run keeps the checkout's committed run as a worktree before adopting, then runs
     compare_runs.py against it and the claims test; a failing claim is named, not fatal."""

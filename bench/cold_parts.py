@@ -1,0 +1,171 @@
+"""Carry a cold run's finished notebooks from one machine to the next, through the repository.
+
+A whole cpu reproduction is longer than the time a machine is held, and a new machine starts
+from a fresh checkout of what was committed: the clone of a run in progress (its executed
+notebooks, tables, ledger entries, run_times rows, log and busy-core samples) is gone with the
+old one. ``save`` copies what the run's clone changed under ``artifacts/<scale>/`` (as
+``memsafe_lib/reporting/adopt.py`` finds it: ``git status`` of the clone), the ledger lines and
+``run_times.csv`` rows the checkout lacks, the log and the sampler's file into
+``bench/cold_parts/<scale>/``, which is committed; the committed tree and its verdicts stay
+those of the run being replaced, so ``memsafe verify`` keeps passing meanwhile. ``restore``
+writes them into the fresh clone of the next part, before its notebooks run, so that the
+clone holds every finished notebook and ``bench/adopt_cold_run.py`` takes them all at the end:
+
+    bench/cold_parts.py save ../cold --log ../cold.log          # at the end of a machine's part
+    PARTS=1 bench/cold_run.sh ../cold 01_construction_audit 03_ablations > ../cold.log 2>&1
+
+on the next machine: ``PARTS=1`` restores them after the install, and the new log starts with
+the parts' logs (``restore`` prints them).
+
+The next part starts with empty caches, as the first did; a notebook that reads an earlier
+notebook's caches pays for them again (say so beside the minutes). Every saved notebook must
+carry the code fingerprint of the checkout that restores it, or ``restore`` refuses: a part
+on other code cannot join the run. ``drop`` removes the folder once the run is adopted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from memsafe_lib import config
+from memsafe_lib.io import atomic_open, read_csv, write_csv
+from memsafe_lib.ledger import code_fingerprint
+from memsafe_lib.reporting.adopt import changed_files, clone_run_times, merge_ledger_lines
+
+MANIFEST = "manifest.json"
+SAMPLES = Path("artifacts", "scratch", "cpu_busy.txt")
+"""Where ``bench/cold_lib.sh``'s busy-core sampler writes in a clone (it appends)."""
+
+
+def parts_dir(checkout: Path, scale: str) -> Path:
+    return checkout / "bench" / "cold_parts" / scale
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+def _copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(source, "rb") as fh, atomic_open(target, "wb") as out:
+        shutil.copyfileobj(fh, out)
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, "w") as fh:
+        fh.write(text)
+
+
+def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
+    """Replace ``bench/cold_parts/<scale>/`` by the clone's finished notebooks (every part it
+    holds, restored ones included) and add its log and samples as the newest part."""
+    dest = parts_dir(checkout, scale)
+    old = json.loads((dest / MANIFEST).read_text()) if (dest / MANIFEST).exists() else {"logs": []}
+    rows = clone_run_times(clone, checkout, scale)
+    if rows.empty:
+        raise ValueError(f"{clone / 'artifacts' / scale / config.RUN_TIMES_FILE}: no finished notebook that "
+                         f"{checkout} lacks; nothing to save")
+    saved = {r["notebook"] for r in old.get("run_times", [])}
+    if saved - set(rows["notebook"]):
+        lacking = saved - set(rows["notebook"])
+        raise ValueError(f"{clone}: lacks the saved {', '.join(sorted(lacking))}; restore the saved parts into it "
+                         "before its notebooks run (PARTS=1 bench/cold_run.sh)")
+    if not set(rows["notebook"]) - saved:
+        raise ValueError(f"{clone}: no notebook finished since the last save ({', '.join(sorted(saved))})")
+    changed, deleted = changed_files(clone, scale)
+    ledger = Path("artifacts", scale, config.LEDGER_FILE)
+    known = set(_lines(checkout / ledger))
+    new_lines = [line for line in _lines(clone / ledger) if line not in known]
+    log_text = log.read_text(encoding="utf-8")
+    samples = clone / SAMPLES
+    sample_text = samples.read_text(encoding="utf-8") if samples.exists() else ""
+    logs = list(old["logs"])  # each part keeps its own log: what restore put in this one is cut out
+    log_text = log_text.replace("".join((dest / p["log"]).read_text(encoding="utf-8") for p in logs), "", 1)
+    restored_samples = "".join((dest / p["samples"]).read_text(encoding="utf-8") for p in logs)
+    sample_text = sample_text[len(restored_samples):] if sample_text.startswith(restored_samples) else sample_text
+    staged = dest.with_name(dest.name + ".new")
+    shutil.rmtree(staged, ignore_errors=True)
+    for path in changed:
+        _copy(clone / path, staged / "files" / path)
+    for p in logs:
+        _copy(dest / p["log"], staged / p["log"])
+        _copy(dest / p["samples"], staged / p["samples"])
+    n = len(logs) + 1
+    part = {"log": f"part-{n}.log", "samples": f"part-{n}.busy", "notebooks": sorted(set(rows["notebook"]) - saved)}
+    _write_text(staged / part["log"], log_text)
+    _write_text(staged / part["samples"], sample_text)
+    manifest = {"scale": scale, "code": sorted(set(rows["code"].astype(str))), "changed": changed,
+                "deleted": deleted, "ledger_lines": new_lines, "run_times": rows.to_dict("records"),
+                "logs": [*logs, part]}
+    _write_text(staged / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    staged.rename(dest)
+    return manifest
+
+
+def restore(checkout: Path, clone: Path, scale: str, code: str) -> tuple[dict, str]:
+    """Write the saved parts into a fresh clone of ``checkout`` (files, ledger lines, run_times
+    rows, the parts' busy-core samples into the clone's sampler file) and return the manifest
+    and the parts' logs, concatenated, for the new part's log to start with."""
+    dest = parts_dir(checkout, scale)
+    if not (dest / MANIFEST).exists():
+        raise FileNotFoundError(f"{dest / MANIFEST}: no saved part to restore")
+    manifest = json.loads((dest / MANIFEST).read_text())
+    if manifest["code"] != [code[:12]]:
+        raise ValueError(f"{dest / MANIFEST}: the saved notebooks ran on code {', '.join(manifest['code'])}, "
+                         f"this checkout's is {code[:12]}; a part on other code cannot join the run")
+    for path in manifest["changed"]:
+        _copy(dest / "files" / path, clone / path)
+    for path in manifest["deleted"]:
+        (clone / path).unlink(missing_ok=True)
+    ledger = clone / "artifacts" / scale / config.LEDGER_FILE
+    merged = merge_ledger_lines(_lines(ledger), manifest["ledger_lines"])
+    _write_text(ledger, "".join(line + "\n" for line in merged))
+    times = clone / "artifacts" / scale / config.RUN_TIMES_FILE
+    rows = pd.DataFrame(manifest["run_times"])
+    old = read_csv(times) if times.exists() else rows.iloc[:0]
+    write_csv(times, pd.concat([old[~old["notebook"].isin(rows["notebook"])], rows],
+                               ignore_index=True).sort_values("notebook"))
+    _write_text(clone / SAMPLES, "".join((dest / p["samples"]).read_text(encoding="utf-8")
+                                         for p in manifest["logs"]))
+    return manifest, "".join((dest / p["log"]).read_text(encoding="utf-8") for p in manifest["logs"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("save", "restore", "drop"))
+    parser.add_argument("clone", type=Path, nargs="?", help="the run's clone (not for drop)")
+    parser.add_argument("--log", type=Path, help="save: the run's log (restore prints the saved parts' logs)")
+    parser.add_argument("--scale", default="cpu")
+    args = parser.parse_args()
+    checkout = config.REPO_ROOT
+    try:
+        if args.action == "drop":
+            shutil.rmtree(parts_dir(checkout, args.scale), ignore_errors=True)
+            print(f"removed {parts_dir(checkout, args.scale)}")
+            return 0
+        if args.clone is None or (args.action == "save" and args.log is None):
+            parser.error(f"{args.action} needs CLONE{' and --log' if args.action == 'save' else ''}")
+        if args.action == "save":
+            done = save(args.clone.resolve(), checkout, args.scale, args.log)
+        else:
+            done, logs = restore(checkout, args.clone.resolve(), args.scale, code_fingerprint())
+            sys.stdout.write(logs)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"cold_parts: {error}", file=sys.stderr)
+        return 2
+    print(f"cold_parts {args.action}: {', '.join(r['notebook'] for r in done['run_times'])} "
+          f"({len(done['changed'])} files, {len(done['ledger_lines'])} ledger lines, {len(done['logs'])} logs)",
+          file=sys.stderr if args.action == "restore" else sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""bench/cold_parts.py carries a cold run's finished notebooks from one machine to the next:
+checked on hand-made git repositories, the expected files written out by hand, and closed by
+the same adoption the last part uses."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from memsafe_lib import config
+from memsafe_lib.reporting.adopt import adopt
+
+HEADER = "notebook,scale,minutes,code\n"
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def cold_parts(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    return importlib.import_module("cold_parts")
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    root = tmp_path / "main"
+    _write(root, "artifacts/cpu/ledger.jsonl", '{"n": 1}\n')
+    _write(root, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,60,old\n03_c,cpu,9,old\n")
+    _write(root, "artifacts/cpu/02_b/table.csv", "y\n1\n")
+    _write(root, "artifacts/cpu/02_b/stale.csv", "s\n1\n")
+    _write(root, "artifacts/cpu/03_c/table.csv", "z\n1\n")
+    _git("init", "-q", cwd=root)
+    _git("add", ".", cwd=root)
+    _git("commit", "-qm", "start", cwd=root)
+    return root
+
+
+def _clone(checkout: Path, name: str) -> Path:
+    clone = checkout.parent / name
+    _git("clone", "-q", str(checkout), str(clone), cwd=checkout.parent)
+    return clone
+
+
+def test_a_part_saved_on_one_machine_joins_the_next_and_both_are_adopted(cold_parts, checkout: Path) -> None:
+    # machine 1: notebook 02 on code "new" rewrites a table, adds a figure, removes a file
+    first = _clone(checkout, "cold-1")
+    _write(first, "artifacts/cpu/02_b/table.csv", "y\n2\n")
+    _write(first, "artifacts/cpu/02_b/fig.png", "png")
+    (first / "artifacts/cpu/02_b/stale.csv").unlink()
+    _write(first, "artifacts/cpu/ledger.jsonl", '{"n": 1}\n{"n": "nb02"}\n')
+    _write(first, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,9,old\n")
+    _write(first, "artifacts/scratch/cpu_busy.txt", "t1 2\n")
+    log_1 = checkout.parent / "cold-1.log"
+    log_1.write_text("cold run of 02_b at cpu on abc\n02_b start\nend\n")
+    manifest = cold_parts.save(first, checkout, "cpu", log_1)
+    saved = checkout / "bench/cold_parts/cpu"
+    assert manifest["changed"] == ["artifacts/cpu/02_b/fig.png", "artifacts/cpu/02_b/table.csv"]
+    assert manifest["deleted"] == ["artifacts/cpu/02_b/stale.csv"]
+    assert manifest["ledger_lines"] == ['{"n": "nb02"}']
+    assert manifest["code"] == ["new"]
+    assert (saved / "files/artifacts/cpu/02_b/table.csv").read_text() == "y\n2\n"
+    assert (saved / "part-1.log").read_text() == log_1.read_text()
+    assert (saved / "part-1.busy").read_text() == "t1 2\n"
+    # the checkout's own tree is untouched: it still verifies as the run being replaced
+    assert (checkout / "artifacts/cpu/02_b/table.csv").read_text() == "y\n1\n"
+    _git("add", ".", cwd=checkout)
+    _git("commit", "-qm", "part 1", cwd=checkout)
+
+    # machine 2: a fresh clone; restore, then notebook 03 runs and the sampler appends
+    second = _clone(checkout, "cold-2")
+    with pytest.raises(ValueError, match="other code"):
+        cold_parts.restore(second, second, "cpu", code="other")
+    _, logs = cold_parts.restore(second, second, "cpu", code="new")
+    assert (second / "artifacts/cpu/02_b/table.csv").read_text() == "y\n2\n"
+    assert not (second / "artifacts/cpu/02_b/stale.csv").exists()
+    assert (second / "artifacts/cpu/ledger.jsonl").read_text() == '{"n": 1}\n{"n": "nb02"}\n'
+    times = pd.read_csv(second / "artifacts/cpu/run_times.csv").set_index("notebook")
+    assert times.loc["02_b", "code"] == "new" and times.loc["03_c", "code"] == "old"
+    assert logs == log_1.read_text()
+    _write(second, "artifacts/cpu/03_c/table.csv", "z\n2\n")
+    _write(second, "artifacts/cpu/ledger.jsonl", '{"n": 1}\n{"n": "nb02"}\n{"n": "nb03"}\n')
+    _write(second, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,8,new\n")
+    _write(second, "artifacts/scratch/cpu_busy.txt", "t1 2\nt2 1\n")
+    log_2 = checkout.parent / "cold-2.log"
+    log_2.write_text("cold run of 03_c at cpu on def\ninstall\n" + logs + "03_c start\nend\n")
+    manifest = cold_parts.save(second, checkout, "cpu", log_2)
+    assert [p["notebooks"] for p in manifest["logs"]] == [["02_b"], ["03_c"]]
+    saved = checkout / "bench/cold_parts/cpu"
+    assert (saved / "part-2.log").read_text() == "cold run of 03_c at cpu on def\ninstall\n03_c start\nend\n"
+    assert (saved / "part-2.busy").read_text() == "t2 1\n"
+    assert json.loads((saved / "manifest.json").read_text())["ledger_lines"] == ['{"n": "nb02"}', '{"n": "nb03"}']
+    with pytest.raises(ValueError, match="no notebook finished since"):
+        cold_parts.save(second, checkout, "cpu", log_2)
+
+    # the last part's clone holds both notebooks: one adoption takes them
+    done = adopt(second, checkout, "cpu", code="new")
+    assert sorted(done.notebooks) == ["02_b", "03_c"]
+    assert (checkout / "artifacts/cpu/02_b/table.csv").read_text() == "y\n2\n"
+    assert (checkout / "artifacts/cpu/03_c/table.csv").read_text() == "z\n2\n"
+    assert not (checkout / "artifacts/cpu/02_b/stale.csv").exists()
+    assert (checkout / "artifacts/cpu/ledger.jsonl").read_text() == '{"n": 1}\n{"n": "nb02"}\n{"n": "nb03"}\n'
+
+
+def test_a_clone_without_the_saved_parts_is_refused(cold_parts, checkout: Path) -> None:
+    first = _clone(checkout, "cold-1")
+    _write(first, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,9,old\n")
+    log = checkout.parent / "cold.log"
+    log.write_text("02_b start\n")
+    cold_parts.save(first, checkout, "cpu", log)
+    _git("add", ".", cwd=checkout)
+    _git("commit", "-qm", "part 1", cwd=checkout)
+    other = _clone(checkout, "cold-2")  # never restored: it would drop notebook 02's part
+    _write(other, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,60,old\n03_c,cpu,8,new\n")
+    with pytest.raises(ValueError, match="lacks the saved 02_b"):
+        cold_parts.save(other, checkout, "cpu", log)
