@@ -30,33 +30,38 @@
 # start it again; it appends); `bench/cpu_busy.py summarize` splits the samples by notebook.
 # Environment: SCALE (default cpu), MEMSAFE_DATA_DIR (default: ../shared/data beside the clone).
 set -euo pipefail
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-source "$repo/bench/cold_lib.sh"
-clone="${1:?usage: bench/cold_run.sh CLONE_DIR NOTEBOOK...}"
-shift
-[ "$#" -gt 0 ] || { echo "bench/cold_run.sh: name at least one notebook" >&2; exit 2; }
-[ -e "$clone" ] && { echo "bench/cold_run.sh: $clone exists; a cold run needs a new clone" >&2; exit 2; }
-scale="${SCALE:-cpu}"
-git clone -q "$repo" "$clone"
-clone="$(cd "$clone" && pwd)"
-cd "$clone"
-export MEMSAFE_DATA_DIR="${MEMSAFE_DATA_DIR:-$(cd .. && pwd)/shared/data}"
-echo "cold run of $* at $scale on $(git rev-parse --short HEAD), data $MEMSAFE_DATA_DIR"
-make install readers
-if [ "${WARM_GRID:-0}" = 1 ]; then
-    date -u +"untimed warm-up of the Stage B grid check's Stage A: %FT%TZ"
-    MEMSAFE_RECORD=1 .venv/bin/python -c "
+# The whole script is one function, read before it runs: bash reads a plain script as it goes,
+# so an edit of this file (a commit, a checkout) during a run of hours would run the new text.
+main() {
+    repo="$(cd "$(dirname "$0")/.." && pwd)"
+    source "$repo/bench/cold_lib.sh"
+    clone="${1:?usage: bench/cold_run.sh CLONE_DIR NOTEBOOK...}"
+    shift
+    [ "$#" -gt 0 ] || { echo "bench/cold_run.sh: name at least one notebook" >&2; exit 2; }
+    [ -e "$clone" ] && { echo "bench/cold_run.sh: $clone exists; a cold run needs a new clone" >&2; exit 2; }
+    scale="${SCALE:-cpu}"
+    git clone -q "$repo" "$clone"
+    clone="$(cd "$clone" && pwd)"
+    cd "$clone"
+    export MEMSAFE_DATA_DIR="${MEMSAFE_DATA_DIR:-$(cd .. && pwd)/shared/data}"
+    echo "cold run of $* at $scale on $(git rev-parse --short HEAD), data $MEMSAFE_DATA_DIR"
+    make install readers
+    if [ "${WARM_GRID:-0}" = 1 ]; then
+        date -u +"untimed warm-up of the Stage B grid check's Stage A: %FT%TZ"
+        MEMSAFE_RECORD=1 .venv/bin/python -c "
 from memsafe_lib import config
 from memsafe_lib.evaluation.neural import select_stage_b
 from memsafe_lib.threads import configure_threads
 configure_threads()
 print(select_stage_b(config.scale_config('$scale')))"
-fi
-if [ "${PARTS:-0}" = 1 ]; then
-    .venv/bin/python bench/cold_parts.py restore "$clone" --scale "$scale"
-fi
-run_cold_notebooks "$scale" "" "" "$@"
-tail -n "$#" "artifacts/$scale/run_times.csv"
-if [ "${ADOPT:-0}" = 1 ]; then
-    adopt_cold_run "$repo" "$clone" "$scale"
-fi
+    fi
+    if [ "${PARTS:-0}" = 1 ]; then
+        .venv/bin/python bench/cold_parts.py restore "$clone" --scale "$scale"
+    fi
+    run_cold_notebooks "$scale" "" "" "$@"
+    tail -n "$#" "artifacts/$scale/run_times.csv"
+    if [ "${ADOPT:-0}" = 1 ]; then
+        adopt_cold_run "$repo" "$clone" "$scale"
+    fi
+}
+main "$@"; exit

@@ -66,6 +66,17 @@ def test_both_cold_scripts_use_the_shared_loop_and_adoption() -> None:
         assert ".venv/bin/memsafe notebook" not in text  # the loop lives in cold_lib.sh only
 
 
+def test_the_cold_scripts_are_read_whole_before_they_run() -> None:
+    # bash reads a plain script as it runs; a commit touching it during a run of hours once made
+    # the running cold_run.sh execute a line of the new text ("=cpu: command not found")
+    for name in ("cold_run.sh", "cold_resume.sh"):
+        lines = (config.REPO_ROOT / "bench" / name).read_text().splitlines()
+        start = lines.index("main() {")
+        assert [line for line in lines[:start] if line and not line.startswith("#")] == ["set -euo pipefail"]
+        assert lines[-2:] == ["}", 'main "$@"; exit']
+        subprocess.run(["bash", "-n", str(config.REPO_ROOT / "bench" / name)], check=True)
+
+
 def test_a_later_part_restores_the_saved_parts_after_the_install_and_before_its_notebooks() -> None:
     text = (config.REPO_ROOT / "bench" / "cold_run.sh").read_text()
     install, restore = text.index("make install readers"), text.index("bench/cold_parts.py restore")
