@@ -2,9 +2,11 @@
 encoder throughput (pairs/s), and what ``memsafe_lib.precision`` chooses here.
 
 Why: the cpu budget was measured on a CPU with bf16 matrix units, where bf16 autocast is the
-fast path; on a CPU without them (AVX2 only) torch's bf16 matmul is a slow fallback, and
-``MEMSAFE_BF16=auto`` computes in fp32 there instead. One row per machine kind, named by what
-torch reports the CPU offers: artifacts/<scale>/bench/precision_<capability>.json and the ledger.
+fast path; on a CPU without them (AVX2 only) torch's bf16 matmul is a slow fallback, and on one
+with AVX512-BF16 but no AMX tiles bf16 may still lose, so ``MEMSAFE_BF16=auto`` computes in bf16
+only where its probe measured it faster. One row per machine kind, named by what torch reports
+the CPU offers and the CPU's vendor: artifacts/<scale>/bench/precision_<capability>_<vendor>.json
+and the ledger (the first AVX2 row, precision_avx2.json, predates the vendor in the name).
 
     .venv/bin/python bench/precision.py [--pairs 8]
 """
@@ -53,13 +55,16 @@ def main() -> None:
     os.environ[precision.BF16_ENV] = auto
     env = environment()
     capability = torch.backends.cpu.get_cpu_capability()
-    report = {"cpu": env["cpu"], "cpu_capability": capability, "bf16_native": precision.bf16_native("cpu"),
-              "auto_uses_bf16": chosen, "threads": torch.get_num_threads(), "torch": torch.__version__,
+    vendor = env["cpu"].split()[0].split("(")[0].lower() or "cpu"
+    amx = bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+    report = {"cpu": env["cpu"], "cpu_capability": capability, "amx_tiles": amx,
+              "bf16_native": precision.bf16_native("cpu"), "auto_uses_bf16": chosen,
+              "threads": torch.get_num_threads(), "torch": torch.__version__,
               "matmul_gflops_fp32": fp32_gflops, "matmul_gflops_bf16": bf16_gflops,
               "matmul_bf16_over_fp32": bf16_gflops / fp32_gflops,
               "encoder_pairs_per_s_fp32": fp32_pairs, "encoder_pairs_per_s_bf16": bf16_pairs,
               "encoder_bf16_over_fp32": bf16_pairs / fp32_pairs, "pairs": len(pairs)}
-    save_report("precision", f"precision_{capability.lower()}", args, [], report)
+    save_report("precision", f"precision_{capability.lower()}_{vendor}", args, [], report)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def test_mode_defaults_to_auto_and_names_the_variable_on_a_bad_value(monkeypatch
 def test_use_bf16_follows_the_hardware_unless_forced(monkeypatch: pytest.MonkeyPatch, env: str, native: bool,
                                                      expected: bool) -> None:
     monkeypatch.setenv(precision.BF16_ENV, env)
-    monkeypatch.setattr(precision, "bf16_native", lambda device_type: native)
+    monkeypatch.setattr(precision, "bf16_pays", lambda device_type: native)
     assert precision.use_bf16(True, "cpu") is expected
     assert precision.use_bf16(False, "cpu") is False  # fp32 asked for is fp32 everywhere
 
@@ -56,9 +57,60 @@ def test_native_bf16_matches_the_cpu_flags() -> None:
         pytest.skip("a partial AVX512 set: torch's answer is not read off the flags alone")
 
 
+@pytest.fixture
+def no_amx(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
+    """A CPU without AMX tiles and a private cache of its own; counts the probe's runs."""
+    import torch
+
+    monkeypatch.setenv("MEMSAFE_PRIVATE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    return []
+
+
+@pytest.mark.parametrize(("fp32", "bf16", "expected"), [(100.0, 119.0, False), (100.0, 121.0, True),
+                                                        (270.0, 149.5, False)])
+def test_without_amx_bf16_is_chosen_only_where_the_probe_measures_it_faster_by_the_margin(
+        monkeypatch: pytest.MonkeyPatch, no_amx: list[int], tmp_path: Path, fp32: float, bf16: float,
+        expected: bool) -> None:
+    # (270, 149.5): the GFLOP/s bench/precision.py measured on a Xeon with AVX512-BF16 and no AMX
+    def probe() -> tuple[float, float]:
+        no_amx.append(1)
+        return fp32, bf16
+    monkeypatch.setattr(precision, "matmul_rates", probe)
+    assert precision.cpu_bf16_pays() is expected
+    assert precision.cpu_bf16_pays() is expected  # a later process: read back, not measured again
+    assert len(no_amx) == 1
+    [kept] = json.loads((tmp_path / "cache" / precision.PROBE_FILE).read_text()).values()
+    assert kept == {"fp32_gflops": fp32, "bf16_gflops": bf16, "bf16": expected}
+
+
+def test_amx_tiles_choose_bf16_without_a_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import torch
+
+    monkeypatch.setenv("MEMSAFE_PRIVATE_CACHE", str(tmp_path))
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    monkeypatch.setattr(precision, "matmul_rates", lambda: pytest.fail("AMX needs no probe"))
+    assert precision.cpu_bf16_pays()
+
+
+def test_bf16_pays_needs_the_kernels_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    precision.bf16_pays.cache_clear()
+    monkeypatch.setattr(precision, "bf16_native", lambda device_type: False)
+    monkeypatch.setattr(precision, "cpu_bf16_pays", lambda: pytest.fail("no kernels, no probe"))
+    try:
+        assert not precision.bf16_pays("cpu")
+    finally:
+        precision.bf16_pays.cache_clear()
+
+
+def test_the_probe_times_both_precisions_on_this_machine() -> None:
+    fp32, bf16 = precision.matmul_rates(n=128, rounds=1)
+    assert fp32 > 0 and bf16 > 0
+
+
 def test_fallback_encodes_as_fp32_and_shares_its_cache_entries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(precision.BF16_ENV, "auto")
-    monkeypatch.setattr(precision, "bf16_native", lambda device_type: False)
+    monkeypatch.setattr(precision, "bf16_pays", lambda device_type: False)
     fallback = E.CrossEncoder(E.EncoderConfig(bf16=True, max_length=48), seed=3)
     fp32 = E.CrossEncoder(E.EncoderConfig(bf16=False, max_length=48), seed=3)
     assert not fallback.bf16
