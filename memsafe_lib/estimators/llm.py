@@ -269,14 +269,17 @@ def gguf_backend(device: str, size_bytes: int | None = None) -> str:
     """Which backend runs a GGUF model of ``size_bytes`` on ``device`` (``MEMSAFE_LLM_BACKEND``,
     default ``auto``).
 
-    ``auto`` reads it through transformers in bf16 where the device computes bf16 natively (a
-    GPU; a CPU with AMX or AVX512-bf16): the published xllamacpp wheels are built for AVX2 and
-    run no matrix units, and on a 2-core Xeon with AMX the same 1.5B weights read a prompt
-    several times faster through torch (``bench/llm_rate.py``). Elsewhere (AVX2-only CPUs) a
-    small file (up to ``SMALL_GGUF_BYTES``) still runs through torch, in fp32: on an AMD EPYC
-    SmolLM2-135M (98 MB) read prompts 1.5-2.7x faster there, while for the 1.5B reader (1.1 GB)
-    llama.cpp's quantized kernels were slightly faster (50 against 47 prompt tokens/s), so
-    larger or unknown sizes stay with llama.cpp. The backend is part of every cached
+    ``auto`` reads it through transformers in bf16 where ``MEMSAFE_BF16=auto`` computes in bf16
+    (a GPU; a CPU with AMX, or with AVX512-BF16 that measured faster than fp32, see
+    :mod:`memsafe_lib.precision`): the published xllamacpp wheels are built for AVX2 and run no
+    matrix units, and the same 1.5B weights read a prompt faster through torch, several times
+    on a 2-core Xeon with AMX and about twice on a Zen 4 EPYC with AVX512-BF16
+    (``bench/llm_rate.py``: ``llm_rate_musique.csv``, ``llm_rate_musique__avx512_amd.csv``).
+    Elsewhere (AVX2-only CPUs, or bf16 slower than fp32) a small file (up to
+    ``SMALL_GGUF_BYTES``) still runs through torch, in fp32: on an AMD EPYC SmolLM2-135M (98 MB)
+    read prompts 1.5-2.7x faster there, while for the 1.5B reader (1.1 GB) llama.cpp's quantized
+    kernels were slightly faster (50 against 47 prompt tokens/s), so larger or unknown sizes
+    stay with llama.cpp. The backend is part of every cached
     generation's key (the model fingerprint), so results of the two are never mixed."""
     value = os.environ.get(LLM_BACKEND_ENV, "auto").strip().lower() or "auto"
     if value not in LLM_BACKENDS:
