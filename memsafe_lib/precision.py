@@ -30,6 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import time
 from collections.abc import Iterator
 from functools import cache
@@ -72,16 +73,14 @@ def bf16_native(device_type: str) -> bool:
 
 
 def _cpu_key() -> str:
-    """What the probe's answer depends on: the CPU (model and flags) and torch's kernels."""
+    """What the probe's answer depends on: the CPU (its /proc/cpuinfo model name and flags, or
+    the platform's processor string elsewhere) and torch's kernels."""
     import torch
 
-    from memsafe_lib.ledger import cpu_model
-
-    flags = ""
-    if Path("/proc/cpuinfo").exists():
-        flags = next((x for x in Path("/proc/cpuinfo").read_text(errors="ignore").splitlines()
-                      if x.startswith("flags")), "")
-    return f"{cpu_model()}|torch {torch.__version__}|flags {hashlib.sha256(flags.encode()).hexdigest()[:12]}"
+    info = Path("/proc/cpuinfo").read_text(errors="ignore").splitlines() if Path("/proc/cpuinfo").exists() else []
+    model = next((x.split(":", 1)[1].strip() for x in info if x.startswith("model name")), platform.processor())
+    flags = next((x for x in info if x.startswith("flags")), "")
+    return f"{model}|torch {torch.__version__}|flags {hashlib.sha256(flags.encode()).hexdigest()[:12]}"
 
 
 def matmul_rates(n: int = PROBE_SIZE, rounds: int = 5) -> tuple[float, float]:
