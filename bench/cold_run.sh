@@ -19,6 +19,9 @@
 # WARM_GRID=1: before the timed notebooks, compute (untimed) MuSiQue's Stage A for the Stage B
 # grid check, which a one-piece `make reproduce` has from notebook 02's cache; a part that
 # starts after 02 would otherwise pay for it inside 07. The clone's log says when it ran.
+# WARM_STAGE_A=1: the same for every multi-hop dataset's size-matched Stage A at every encoder
+# seed (notebook 02's pooled fold encoders and their encodings), which notebook 03's full model
+# reads from 02's cache in a one-piece run; for a part that starts with 03 in a new clone.
 # PARTS=1: before the notebooks, write the finished notebooks of earlier machines that
 # bench/cold_parts.py saved into the checkout (bench/cold_parts/<scale>/, committed) into the
 # clone, and their logs into this log, so this part joins them and ADOPT=1 takes every part.
@@ -54,6 +57,20 @@ from memsafe_lib.evaluation.neural import select_stage_b
 from memsafe_lib.threads import configure_threads
 configure_threads()
 print(select_stage_b(config.scale_config('$scale')))"
+    fi
+    if [ "${WARM_STAGE_A:-0}" = 1 ]; then
+        date -u +"untimed warm-up of notebook 02's size-matched Stage A: %FT%TZ"
+        MEMSAFE_RECORD=1 .venv/bin/python -c "
+from memsafe_lib import config
+from memsafe_lib.evaluation.neural import stage_a_for
+from memsafe_lib.threads import configure_threads
+from memsafe_lib.variants.store import build
+configure_threads()
+scale = config.scale_config('$scale')
+for dataset in config.FAMILY_A_DATASETS:
+    for seed in scale.neural.encoder_seeds:
+        stage_a_for(build(dataset, 'size-matched', scale)[1], scale, seed)"
+        date -u +"warm-up done: %FT%TZ"
     fi
     if [ "${PARTS:-0}" = 1 ]; then
         .venv/bin/python bench/cold_parts.py restore "$clone" --scale "$scale"

@@ -4,6 +4,7 @@ bench/interrupted_run.py reads: a notebook the log already saw start is marked r
 from __future__ import annotations
 
 import importlib
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -112,3 +113,19 @@ def test_adoption_keeps_the_replaced_run_compares_it_and_checks_the_prose(tmp_pa
                     "memsafe verify --scale cpu", "compare_runs.py", "-m"]
     assert f"--reference {previous}/artifacts/cpu" in calls.read_text()
     assert "no longer hold on the new run" in done.stdout
+
+
+def test_the_untimed_warm_ups_name_what_the_library_has() -> None:
+    """The Python that cold_run.sh runs before a part's notebooks (WARM_GRID, WARM_STAGE_A) is
+    text inside the script: a renamed function would only fail hours into a cold run."""
+    text = (config.REPO_ROOT / "bench" / "cold_run.sh").read_text()
+    snippets = re.findall(r'\.venv/bin/python -c "\n(.*?)"\n', text, flags=re.S)
+    assert len(snippets) >= 2
+    for snippet in snippets:
+        code = snippet.replace("$scale", "smoke")
+        compile(code, "cold_run.sh", "exec")
+        namespace: dict = {}
+        exec("\n".join(x for x in code.splitlines() if x.startswith(("from ", "import "))), namespace)
+        for dotted in re.findall(r"\b(config\.[A-Z_]+)\b", code):
+            assert getattr(namespace["config"], dotted.split(".")[1])
+    assert config.scale_config("smoke").neural.encoder_seeds
