@@ -22,6 +22,9 @@
 # WARM_STAGE_A=1: the same for every multi-hop dataset's size-matched Stage A at every encoder
 # seed (notebook 02's pooled fold encoders and their encodings), which notebook 03's full model
 # reads from 02's cache in a one-piece run; for a part that starts with 03 in a new clone.
+# WARM_EMBEDDINGS=1: the same for the pretrained encoder's unit embeddings of the size- and
+# blind-matched constructions, which notebook 01 computes (about 11 min) and 02's Stage A ranker
+# and blind_set read from one shared cache; for a part that starts with 02 in a new clone.
 # PARTS=1: before the notebooks, write the finished notebooks of earlier machines that
 # bench/cold_parts.py saved into the checkout (bench/cold_parts/<scale>/, committed) into the
 # clone, and their logs into this log, so this part joins them and ADOPT=1 takes every part.
@@ -57,6 +60,21 @@ from memsafe_lib.evaluation.neural import select_stage_b
 from memsafe_lib.threads import configure_threads
 configure_threads()
 print(select_stage_b(config.scale_config('$scale')))"
+    fi
+    if [ "${WARM_EMBEDDINGS:-0}" = 1 ]; then
+        date -u +"untimed warm-up of notebook 01's unit embeddings: %FT%TZ"
+        MEMSAFE_RECORD=1 .venv/bin/python -c "
+from memsafe_lib import config
+from memsafe_lib.estimators.blind import blind_set_config, embed_units
+from memsafe_lib.estimators.context import pretrained_embeddings
+from memsafe_lib.threads import configure_threads
+from memsafe_lib.variants.store import build
+configure_threads()
+scale = config.scale_config('$scale')
+for dataset in config.FAMILY_A_DATASETS:
+    variants = [v for c in ('size-matched', 'blind-matched') for v in build(dataset, c, scale)[1].variants]
+    embed_units(variants, pretrained_embeddings(scale, dataset), blind_set_config(scale))"
+        date -u +"warm-up done: %FT%TZ"
     fi
     if [ "${WARM_STAGE_A:-0}" = 1 ]; then
         date -u +"untimed warm-up of notebook 02's size-matched Stage A: %FT%TZ"
