@@ -4,7 +4,9 @@
 # notebook with --record while bench/cpu_busy.py samples the busy cores into
 # artifacts/scratch/cpu_busy.txt (appending, so a resumed part adds to the first). A notebook
 # whose start LOG already holds is marked "(resumed run on CPU)", which bench/interrupted_run.py
-# reads; with no LOG every notebook starts plainly.
+# reads; with no LOG every notebook starts plainly. A file artifacts/scratch/pause in the clone
+# ends the part before the next notebook (the script exits, no adoption), so that
+# bench/cold_parts.py can save the finished ones; bench/cold_resume.sh goes on from there.
 run_cold_notebooks() {
     local scale="$1" log="$2" cpu="$3" notebook sampler
     shift 3
@@ -13,6 +15,12 @@ run_cold_notebooks() {
     sampler=$!
     trap "kill $sampler 2>/dev/null || true" EXIT
     for notebook in "$@"; do
+        if [ -e artifacts/scratch/pause ]; then  # `touch CLONE/artifacts/scratch/pause`: end this part here
+            rm -f artifacts/scratch/pause
+            date -u +"paused before $notebook %FT%TZ"
+            kill "$sampler" 2>/dev/null || true
+            exit 0
+        fi
         if [ -n "$log" ] && grep -q "^$notebook start " "$log"; then
             date -u +"$notebook start %FT%TZ (resumed run on $cpu)"
         else

@@ -11,7 +11,8 @@ those of the run being replaced, so ``memsafe verify`` keeps passing meanwhile. 
 writes them into the fresh clone of the next part, before its notebooks run, so that the
 clone holds every finished notebook and ``bench/adopt_cold_run.py`` takes them all at the end:
 
-    bench/cold_parts.py save ../cold --log ../cold.log          # at the end of a machine's part
+    touch ../cold/artifacts/scratch/pause                       # the part stops before its next notebook
+    bench/cold_parts.py save ../cold --log ../cold.log          # once the log says "paused before"
     PARTS=1 bench/cold_run.sh ../cold 01_construction_audit 03_ablations > ../cold.log 2>&1
 
 on the next machine: ``PARTS=1`` restores them after the install, and the new log starts with
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -63,10 +65,28 @@ def _write_text(path: Path, text: str) -> None:
         fh.write(text)
 
 
+def running_notebook(log_text: str) -> str | None:
+    """The notebook the log last started that has not finished, been paused before or ended
+    since (bench/cold_lib.sh's lines): its files in the clone are partial."""
+    starts = list(re.finditer(r"^(\S+) start \S+", log_text, flags=re.M))
+    if not starts:
+        return None
+    notebook, after = starts[-1].group(1), log_text[starts[-1].end():]
+    finished = re.search(rf"notebook {re.escape(notebook)} at scale \S+: done in|^end |^paused before ", after,
+                         flags=re.M)
+    return None if finished else notebook
+
+
 def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
     """Replace ``bench/cold_parts/<scale>/`` by the clone's finished notebooks (every part it
-    holds, restored ones included) and add its log and samples as the newest part."""
+    holds, restored ones included) and add its log and samples as the newest part. Refuses while
+    a notebook runs (or was killed midway): pause the part between notebooks first."""
     dest = parts_dir(checkout, scale)
+    running = running_notebook(log.read_text(encoding="utf-8"))
+    if running:
+        raise ValueError(f"{log}: {running} is still running (or was killed midway) in {clone}, and its files "
+                         f"there are partial; touch {clone / 'artifacts/scratch/pause'} and save once the log "
+                         "says it paused")
     old = json.loads((dest / MANIFEST).read_text()) if (dest / MANIFEST).exists() else {"logs": []}
     rows = clone_run_times(clone, checkout, scale)
     if rows.empty:

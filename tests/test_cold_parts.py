@@ -127,3 +127,18 @@ def test_a_clone_without_the_saved_parts_is_refused(cold_parts, checkout: Path) 
     _write(other, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,60,old\n03_c,cpu,8,new\n")
     with pytest.raises(ValueError, match="lacks the saved 02_b"):
         cold_parts.save(other, checkout, "cpu", log)
+
+
+def test_a_notebook_still_running_in_the_clone_is_not_saved(cold_parts, checkout: Path) -> None:
+    """Its partial tables and ledger lines would be carried as if finished: save refuses while
+    the log's last notebook started and neither finished, paused nor ended."""
+    first = _clone(checkout, "cold-1")
+    _write(first, "artifacts/cpu/02_b/table.csv", "y\n2\n")
+    _write(first, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,9,old\n")
+    log = checkout.parent / "cold-1.log"
+    log.write_text("cold run of 02_b 03_c at cpu on abc\n02_b start 2026-12-02T10:00:00Z\n"
+                   "[memsafe] notebook 02_b at scale cpu: done in 50.0 min\n03_c start 2026-12-02T10:50:00Z\n")
+    with pytest.raises(ValueError, match="03_c is still running"):
+        cold_parts.save(first, checkout, "cpu", log)
+    log.write_text(log.read_text().rsplit("03_c start", 1)[0] + "paused before 03_c 2026-12-02T10:50:00Z\n")
+    assert cold_parts.save(first, checkout, "cpu", log)["logs"][-1]["notebooks"] == ["02_b"]

@@ -129,3 +129,17 @@ def test_the_untimed_warm_ups_name_what_the_library_has() -> None:
         for dotted in re.findall(r"\b(config\.[A-Z_]+)\b", code):
             assert getattr(namespace["config"], dotted.split(".")[1])
     assert config.scale_config("smoke").neural.encoder_seeds
+
+
+def test_a_pause_file_stops_the_loop_before_the_next_notebook(tmp_path: Path) -> None:
+    """A part ends between notebooks, so bench/cold_parts.py can save finished ones only: the
+    loop checks for artifacts/scratch/pause before each notebook, stops there, and removes it."""
+    clone = tmp_path / "clone"
+    (clone / "artifacts" / "scratch").mkdir(parents=True)
+    (clone / "artifacts" / "scratch" / "pause").touch()
+    out = _run_notebooks(clone, "", "02_training", "03_ablations")
+    assert "ran notebook" not in out
+    assert out.splitlines()[-1].startswith("paused before 02_training ")
+    assert not (clone / "artifacts" / "scratch" / "pause").exists()
+    out = _run_notebooks(clone, "", "02_training")
+    assert "ran notebook 02_training" in out and out.splitlines()[-1].startswith("end ")
