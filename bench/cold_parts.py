@@ -31,6 +31,7 @@ import json
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -77,6 +78,15 @@ def running_notebook(log_text: str) -> str | None:
     return None if finished else notebook
 
 
+def portable(text: str, clone: Path) -> str:
+    """A log as it is committed: the clone, the folder beside it (where data and caches
+    usually sit), temporary files and the home folder named by placeholders."""
+    for prefix, name in ((clone, "<clone>"), (clone.parent, "<beside the clone>"),
+                         (Path(tempfile.gettempdir()), "<tmp>"), (Path.home(), "~")):
+        text = text.replace(f"{prefix.resolve()}/", f"{name}/").replace(f"{prefix}/", f"{name}/")
+    return text
+
+
 def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
     """Replace ``bench/cold_parts/<scale>/`` by the clone's finished notebooks (every part it
     holds, restored ones included) and add its log and samples as the newest part. Refuses while
@@ -108,6 +118,7 @@ def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
     sample_text = samples.read_text(encoding="utf-8") if samples.exists() else ""
     logs = list(old["logs"])  # each part keeps its own log: what restore put in this one is cut out
     log_text = log_text.replace("".join((dest / p["log"]).read_text(encoding="utf-8") for p in logs), "", 1)
+    log_text = portable(log_text, clone)
     restored_samples = "".join((dest / p["samples"]).read_text(encoding="utf-8") for p in logs)
     sample_text = sample_text[len(restored_samples):] if sample_text.startswith(restored_samples) else sample_text
     staged = dest.with_name(dest.name + ".new")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -142,3 +143,20 @@ def test_a_notebook_still_running_in_the_clone_is_not_saved(cold_parts, checkout
         cold_parts.save(first, checkout, "cpu", log)
     log.write_text(log.read_text().rsplit("03_c start", 1)[0] + "paused before 03_c 2026-12-02T10:50:00Z\n")
     assert cold_parts.save(first, checkout, "cpu", log)["logs"][-1]["notebooks"] == ["02_b"]
+
+
+def test_a_saved_log_names_no_path_of_the_machine_it_ran_on(cold_parts, checkout: Path) -> None:
+    """The log is committed: the clone, the folder beside it (data, caches) and temporary files
+    are named by placeholders, as the repository names no machine's paths."""
+    first = _clone(checkout, "cold-1")
+    _write(first, "artifacts/cpu/02_b/table.csv", "y\n2\n")
+    _write(first, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,9,old\n")
+    log = checkout.parent / "cold-1.log"
+    log.write_text(f"cold run of 02_b at cpu on abc, data {checkout.parent}/shared/data\n"
+                   f"  {tempfile.gettempdir()}/pip-build-env-x/setuptools.py: warning\n"
+                   f"executed 02_b at scale cpu: {first}/artifacts/cpu/02_b/02_b.ipynb\nend\n")
+    cold_parts.save(first, checkout, "cpu", log)
+    saved = (checkout / "bench/cold_parts/cpu/part-1.log").read_text()
+    assert str(checkout.parent) not in saved and tempfile.gettempdir() + "/" not in saved
+    assert "data <beside the clone>/shared/data" in saved
+    assert "executed 02_b at scale cpu: <clone>/artifacts/cpu/02_b/02_b.ipynb" in saved
