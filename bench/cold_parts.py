@@ -87,6 +87,20 @@ def portable(text: str, clone: Path) -> str:
     return text
 
 
+def _cut_restored(log_text: str, restored: str) -> str:
+    """The log without the earlier parts' logs that restore printed into it: their saved text,
+    or, where that was re-saved since (placeholders for paths), the block of as many lines just
+    before restore's summary line, which must start as a cold run's log does."""
+    if not restored or restored in log_text:
+        return log_text.replace(restored, "", 1)
+    lines, n = log_text.splitlines(keepends=True), len(restored.splitlines())
+    at = next((i for i, line in enumerate(lines) if line.startswith("cold_parts restore: ")), None)
+    if at is None or at < n or not lines[at - n].startswith("cold run of "):
+        raise ValueError("the log holds neither the saved parts' logs nor a block of theirs before "
+                         "'cold_parts restore:'; cut them out by hand")
+    return "".join(lines[:at - n] + lines[at:])
+
+
 def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
     """Replace ``bench/cold_parts/<scale>/`` by the clone's finished notebooks (every part it
     holds, restored ones included) and add its log and samples as the newest part. Refuses while
@@ -117,8 +131,8 @@ def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
     samples = clone / SAMPLES
     sample_text = samples.read_text(encoding="utf-8") if samples.exists() else ""
     logs = list(old["logs"])  # each part keeps its own log: what restore put in this one is cut out
-    log_text = log_text.replace("".join((dest / p["log"]).read_text(encoding="utf-8") for p in logs), "", 1)
-    log_text = portable(log_text, clone)
+    log_text = portable(_cut_restored(log_text, "".join((dest / p["log"]).read_text(encoding="utf-8") for p in logs)),
+                        clone)
     restored_samples = "".join((dest / p["samples"]).read_text(encoding="utf-8") for p in logs)
     sample_text = sample_text[len(restored_samples):] if sample_text.startswith(restored_samples) else sample_text
     staged = dest.with_name(dest.name + ".new")

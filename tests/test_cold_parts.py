@@ -160,3 +160,29 @@ def test_a_saved_log_names_no_path_of_the_machine_it_ran_on(cold_parts, checkout
     assert str(checkout.parent) not in saved and tempfile.gettempdir() + "/" not in saved
     assert "data <beside the clone>/shared/data" in saved
     assert "executed 02_b at scale cpu: <clone>/artifacts/cpu/02_b/02_b.ipynb" in saved
+
+
+def test_a_restored_log_that_differs_from_the_saved_one_is_still_cut_out(cold_parts, checkout: Path) -> None:
+    """A part saved again after a later clone restored it (paths made portable) no longer matches
+    the text that clone's log holds: the block of the same length just before restore's summary
+    line is cut instead, so the new part's log holds only its own lines."""
+    first = _clone(checkout, "cold-1")
+    _write(first, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,9,old\n")
+    old_text = (f"cold run of 02_b at cpu on abc, data {checkout.parent}/data\n02_b start 2026-12-02T10:00:00Z\n"
+                "[memsafe] notebook 02_b at scale cpu: done in 50.0 min\nend\n")
+    log_1 = checkout.parent / "cold-1.log"
+    log_1.write_text(old_text)
+    cold_parts.save(first, checkout, "cpu", log_1)
+    _git("add", ".", cwd=checkout)
+    _git("commit", "-qm", "part 1", cwd=checkout)
+    second = _clone(checkout, "cold-2")
+    cold_parts.restore(second, second, "cpu", code="new")
+    _write(second, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,8,new\n")
+    own = "03_c start 2026-12-02T11:00:00Z\n[memsafe] notebook 03_c at scale cpu: done in 8.0 min\nend\n"
+    log_2 = checkout.parent / "cold-2.log"
+    log_2.write_text("cold run of 03_c at cpu on def\ninstall\n" + old_text
+                     + "cold_parts restore: 02_b (1 files, 0 ledger lines, 1 logs)\n" + own)
+    cold_parts.save(second, checkout, "cpu", log_2)
+    part_2 = (checkout / "bench/cold_parts/cpu/part-2.log").read_text()
+    assert "02_b start" not in part_2 and part_2.endswith(own)
+    assert "cold_parts restore: 02_b" in part_2
