@@ -52,43 +52,39 @@ main() {
     export MEMSAFE_DATA_DIR="${MEMSAFE_DATA_DIR:-$(cd .. && pwd)/shared/data}"
     echo "cold run of $* at $scale on $(git rev-parse --short HEAD), data $MEMSAFE_DATA_DIR"
     make install readers
-    if [ "${WARM_GRID:-0}" = 1 ]; then
-        date -u +"untimed warm-up of the Stage B grid check's Stage A: %FT%TZ"
+    # warm_up WHAT BODY: untimed, logged between two stamps; BODY runs after the shared prelude
+    # (threads set, `config` imported, `scale` the run's ScaleConfig)
+    warm_up() {
+        date -u +"untimed warm-up of $1: %FT%TZ"
         MEMSAFE_RECORD=1 .venv/bin/python -c "
 from memsafe_lib import config
-from memsafe_lib.evaluation.neural import select_stage_b
 from memsafe_lib.threads import configure_threads
-configure_threads()
-print(select_stage_b(config.scale_config('$scale')))"
-    fi
-    if [ "${WARM_EMBEDDINGS:-0}" = 1 ]; then
-        date -u +"untimed warm-up of notebook 01's unit embeddings: %FT%TZ"
-        MEMSAFE_RECORD=1 .venv/bin/python -c "
-from memsafe_lib import config
-from memsafe_lib.estimators.blind import blind_set_config, embed_units
-from memsafe_lib.estimators.context import pretrained_embeddings
-from memsafe_lib.threads import configure_threads
-from memsafe_lib.variants.store import build
 configure_threads()
 scale = config.scale_config('$scale')
+$2"
+        date -u +"warm-up done: %FT%TZ"
+    }
+    if [ "${WARM_GRID:-0}" = 1 ]; then
+        warm_up "the Stage B grid check's Stage A" "
+from memsafe_lib.evaluation.neural import select_stage_b
+print(select_stage_b(scale))"
+    fi
+    if [ "${WARM_EMBEDDINGS:-0}" = 1 ]; then
+        warm_up "notebook 01's unit embeddings" "
+from memsafe_lib.estimators.blind import blind_set_config, embed_units
+from memsafe_lib.estimators.context import pretrained_embeddings
+from memsafe_lib.variants.store import build
 for dataset in config.FAMILY_A_DATASETS:
     variants = [v for c in ('size-matched', 'blind-matched') for v in build(dataset, c, scale)[1].variants]
     embed_units(variants, pretrained_embeddings(scale, dataset), blind_set_config(scale))"
-        date -u +"warm-up done: %FT%TZ"
     fi
     if [ "${WARM_STAGE_A:-0}" = 1 ]; then
-        date -u +"untimed warm-up of notebook 02's size-matched Stage A: %FT%TZ"
-        MEMSAFE_RECORD=1 .venv/bin/python -c "
-from memsafe_lib import config
+        warm_up "notebook 02's size-matched Stage A" "
 from memsafe_lib.evaluation.neural import stage_a_for
-from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.store import build
-configure_threads()
-scale = config.scale_config('$scale')
 for dataset in config.FAMILY_A_DATASETS:
     for seed in scale.neural.encoder_seeds:
         stage_a_for(build(dataset, 'size-matched', scale)[1], scale, seed)"
-        date -u +"warm-up done: %FT%TZ"
     fi
     if [ "${PARTS:-0}" = 1 ]; then
         .venv/bin/python bench/cold_parts.py restore "$clone" --scale "$scale"

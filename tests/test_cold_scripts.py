@@ -119,7 +119,8 @@ def test_the_untimed_warm_ups_name_what_the_library_has() -> None:
     """The Python that cold_run.sh runs before a part's notebooks (WARM_GRID, WARM_STAGE_A) is
     text inside the script: a renamed function would only fail hours into a cold run."""
     text = (config.REPO_ROOT / "bench" / "cold_run.sh").read_text()
-    snippets = re.findall(r'\.venv/bin/python -c "\n(.*?)"\n', text, flags=re.S)
+    [prelude] = re.findall(r'\.venv/bin/python -c "\n(.*?)\$2"\n', text, flags=re.S)
+    snippets = [prelude + body for body in re.findall(r'warm_up "[^"]*" "\n(.*?)"\n', text, flags=re.S)]
     assert len(snippets) >= 2
     for snippet in snippets:
         code = snippet.replace("$scale", "smoke")
