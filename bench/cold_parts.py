@@ -50,6 +50,17 @@ def parts_dir(checkout: Path, scale: str) -> Path:
     return checkout / "bench" / "cold_parts" / scale
 
 
+def checkout_root(script: Path, library: Path) -> Path:
+    """The checkout whose ``bench/cold_parts/`` this script reads and writes: its own repository.
+    Refuses when the imported ``memsafe_lib`` is another tree's (a clone's venv runs the clone's
+    library, whose fingerprint and folders are the clone's), rather than saving into the wrong one."""
+    checkout, library = script.resolve().parents[1], library.resolve()
+    if checkout != library:
+        raise ValueError(f"this script is {checkout}'s but memsafe_lib is imported from {library}: run it with "
+                         f"{checkout}'s python (or PYTHONPATH={checkout})")
+    return checkout
+
+
 def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
@@ -190,8 +201,8 @@ def main() -> int:
     parser.add_argument("--log", type=Path, help="save: the run's log (restore prints the saved parts' logs)")
     parser.add_argument("--scale", default="cpu")
     args = parser.parse_args()
-    checkout = config.REPO_ROOT
     try:
+        checkout = checkout_root(Path(__file__), config.REPO_ROOT)
         if args.action == "drop":
             shutil.rmtree(parts_dir(checkout, args.scale), ignore_errors=True)
             print(f"removed {parts_dir(checkout, args.scale)}")

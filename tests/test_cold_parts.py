@@ -186,3 +186,15 @@ def test_a_restored_log_that_differs_from_the_saved_one_is_still_cut_out(cold_pa
     part_2 = (checkout / "bench/cold_parts/cpu/part-2.log").read_text()
     assert "02_b start" not in part_2 and part_2.endswith(own)
     assert "cold_parts restore: 02_b" in part_2
+
+
+def test_the_checkout_is_the_scripts_repository_and_another_library_is_refused(cold_parts, tmp_path: Path) -> None:
+    # Seen: `CLONE/.venv/bin/python bench/cold_parts.py save CLONE` imported the clone's memsafe_lib,
+    # took the clone for the checkout and said "nothing to save" about a finished notebook.
+    main, clone = tmp_path / "main", tmp_path / "cold"
+    script = main / "bench" / "cold_parts.py"
+    assert cold_parts.checkout_root(script, main) == main.resolve()
+    with pytest.raises(ValueError) as refused:
+        cold_parts.checkout_root(script, clone)
+    assert str(main.resolve()) in str(refused.value) and str(clone.resolve()) in str(refused.value)
+    assert "PYTHONPATH" in str(refused.value)
