@@ -101,10 +101,15 @@ def portable(text: str, clone: Path) -> str:
 def _cut_restored(log_text: str, restored: str) -> str:
     """The log without the earlier parts' logs that restore printed into it: their saved text,
     or, where that was re-saved since (placeholders for paths), the block of as many lines just
-    before restore's summary line, which must start as a cold run's log does."""
+    before restore's summary line, which must start as a cold run's log does. A part saved from
+    this same log (paused, saved, resumed) ends with its stamped 'paused before' line: what
+    follows that line is the new part."""
     if not restored or restored in log_text:
         return log_text.replace(restored, "", 1)
     lines, n = log_text.splitlines(keepends=True), len(restored.splitlines())
+    last = restored.splitlines(keepends=True)[-1]
+    if last.startswith("paused before ") and last in lines:  # saved from this very log, which went on
+        return "".join(lines[len(lines) - lines[::-1].index(last):])
     at = next((i for i, line in enumerate(lines) if line.startswith("cold_parts restore: ")), None)
     if at is None or at < n or not lines[at - n].startswith("cold run of "):
         raise ValueError("the log holds neither the saved parts' logs nor a block of theirs before "

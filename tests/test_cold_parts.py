@@ -198,3 +198,29 @@ def test_the_checkout_is_the_scripts_repository_and_another_library_is_refused(c
         cold_parts.checkout_root(script, clone)
     assert str(main.resolve()) in str(refused.value) and str(clone.resolve()) in str(refused.value)
     assert "PYTHONPATH" in str(refused.value)
+
+
+def test_a_second_save_from_the_same_clone_keeps_only_what_ran_since_the_first(cold_parts, checkout: Path) -> None:
+    """Seen: a clone paused, saved, resumed (bench/cold_resume.sh appends to the same log) and
+    paused again; the first save's log sits in this log with restore's line inside it, so neither
+    earlier cut applies. The part saved from this very log ends at its 'paused before' line: the
+    new part is what follows it."""
+    clone = _clone(checkout, "cold-1")
+    _write(clone, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,9,old\n")
+    first = (f"cold run of 02_b 03_c at cpu on abc, data {checkout.parent}/data\n02_b start 2026-12-02T10:00:00Z\n"
+             "[memsafe] notebook 02_b at scale cpu: done in 50.0 min\npaused before 03_c 2026-12-02T10:50:00Z\n")
+    log = checkout.parent / "cold-1.log"
+    log.write_text(first)
+    cold_parts.save(clone, checkout, "cpu", log)
+    _git("add", ".", cwd=checkout)
+    _git("commit", "-qm", "part 1", cwd=checkout)
+    _write(clone, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,8,new\n")
+    own = ("cold run resumed at cpu on abc: 03_c\n03_c start 2026-12-02T11:00:00Z\n"
+           "[memsafe] notebook 03_c at scale cpu: done in 8.0 min\npaused before 04_d 2026-12-02T11:08:00Z\n")
+    log.write_text(first + own)
+    cold_parts.save(clone, checkout, "cpu", log)
+    parts = checkout / "bench/cold_parts/cpu"
+    assert (parts / "part-2.log").read_text() == own
+    assert "02_b start" in (parts / "part-1.log").read_text()
+    manifest = json.loads((parts / "manifest.json").read_text())
+    assert [p["notebooks"] for p in manifest["logs"]] == [["02_b"], ["03_c"]]
