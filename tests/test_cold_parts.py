@@ -56,6 +56,18 @@ def _clone(checkout: Path, name: str) -> Path:
     return clone
 
 
+def _save_02_b(cold_parts, checkout: Path, log_text: str) -> tuple[Path, Path]:
+    """A first part: a clone whose notebook 02_b finished, saved with ``log_text`` and committed."""
+    clone = _clone(checkout, "cold-1")
+    _write(clone, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,9,old\n")
+    log = checkout.parent / "cold-1.log"
+    log.write_text(log_text)
+    cold_parts.save(clone, checkout, "cpu", log)
+    _git("add", ".", cwd=checkout)
+    _git("commit", "-qm", "part 1", cwd=checkout)
+    return clone, log
+
+
 def test_a_part_saved_on_one_machine_joins_the_next_and_both_are_adopted(cold_parts, checkout: Path) -> None:
     # machine 1: notebook 02 on code "new" rewrites a table, adds a figure, removes a file
     first = _clone(checkout, "cold-1")
@@ -166,15 +178,9 @@ def test_a_restored_log_that_differs_from_the_saved_one_is_still_cut_out(cold_pa
     """A part saved again after a later clone restored it (paths made portable) no longer matches
     the text that clone's log holds: the block of the same length just before restore's summary
     line is cut instead, so the new part's log holds only its own lines."""
-    first = _clone(checkout, "cold-1")
-    _write(first, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,9,old\n")
     old_text = (f"cold run of 02_b at cpu on abc, data {checkout.parent}/data\n02_b start 2026-12-02T10:00:00Z\n"
                 "[memsafe] notebook 02_b at scale cpu: done in 50.0 min\nend\n")
-    log_1 = checkout.parent / "cold-1.log"
-    log_1.write_text(old_text)
-    cold_parts.save(first, checkout, "cpu", log_1)
-    _git("add", ".", cwd=checkout)
-    _git("commit", "-qm", "part 1", cwd=checkout)
+    _save_02_b(cold_parts, checkout, old_text)
     second = _clone(checkout, "cold-2")
     cold_parts.restore(second, second, "cpu", code="new")
     _write(second, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,8,new\n")
@@ -205,15 +211,9 @@ def test_a_second_save_from_the_same_clone_keeps_only_what_ran_since_the_first(c
     paused again; the first save's log sits in this log with restore's line inside it, so neither
     earlier cut applies. The part saved from this very log ends at its 'paused before' line: the
     new part is what follows it."""
-    clone = _clone(checkout, "cold-1")
-    _write(clone, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,9,old\n")
     first = (f"cold run of 02_b 03_c at cpu on abc, data {checkout.parent}/data\n02_b start 2026-12-02T10:00:00Z\n"
              "[memsafe] notebook 02_b at scale cpu: done in 50.0 min\npaused before 03_c 2026-12-02T10:50:00Z\n")
-    log = checkout.parent / "cold-1.log"
-    log.write_text(first)
-    cold_parts.save(clone, checkout, "cpu", log)
-    _git("add", ".", cwd=checkout)
-    _git("commit", "-qm", "part 1", cwd=checkout)
+    clone, log = _save_02_b(cold_parts, checkout, first)
     _write(clone, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,8,new\n")
     own = ("cold run resumed at cpu on abc: 03_c\n03_c start 2026-12-02T11:00:00Z\n"
            "[memsafe] notebook 03_c at scale cpu: done in 8.0 min\npaused before 04_d 2026-12-02T11:08:00Z\n")
