@@ -109,7 +109,7 @@ def _cut_restored(log_text: str, restored: str) -> str:
     lines, n = log_text.splitlines(keepends=True), len(restored.splitlines())
     last = restored.splitlines(keepends=True)[-1]
     if last.startswith("paused before ") and last in lines:  # saved from this very log, which went on
-        return "".join(lines[len(lines) - lines[::-1].index(last):])
+        return "".join(lines[lines.index(last) + 1:])  # the line is stamped: it occurs once
     at = next((i for i, line in enumerate(lines) if line.startswith("cold_parts restore: ")), None)
     if at is None or at < n or not lines[at - n].startswith("cold run of "):
         raise ValueError("the log holds neither the saved parts' logs nor a block of theirs before "
