@@ -61,7 +61,7 @@ def killed_parts(log: str, notebook: str, samples: str | None = None) -> list[tu
     ``[memsafe HH:MM:SS`` stamp before the next execution of that notebook starts, or, given
     the busy-core sampler's ``samples``, its last line before then where that is later. The
     last execution is the one that finished (its minutes are the ``run_times.csv`` row)."""
-    starts = list(re.finditer(rf"^{re.escape(notebook)} start (\S+?)Z?(?: \(resumed run[^)]*\))?$", log,
+    starts = list(re.finditer(rf"^{re.escape(notebook)} start (\S+?)Z?(?: \(resumed run.*\))?$", log,
                               flags=re.MULTILINE))
     if not starts:
         raise SystemExit(f"no '{notebook} start' line in the log")

@@ -16,6 +16,19 @@ from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
 
 
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The arguments as the ledger's JSON settings: a path is named from beside the checkout
+    (``previous-cpu-run/artifacts/cpu``), or by its last part, never by this machine's root."""
+    def plain(value: Any) -> Any:
+        if not isinstance(value, Path):
+            return value
+        try:
+            return value.resolve().relative_to(config.REPO_ROOT.parent).as_posix()
+        except ValueError:
+            return value.name
+    return {key: plain(value) for key, value in vars(args).items()}
+
+
 def save_report(kind: str, name: str, args: argparse.Namespace, raw_files: Iterable[RawFile],
                 report: dict[str, Any], table: pd.DataFrame | None = None, inputs: Iterable[Path] = ()) -> None:
     """``table``: the CSV's rows (default: ``report`` as one row); ``inputs``: artifacts it read."""
@@ -23,7 +36,7 @@ def save_report(kind: str, name: str, args: argparse.Namespace, raw_files: Itera
     stem = scale.output_dir(config.BENCH) / name
     out = write_json(stem.with_suffix(".json"), report)
     csv = write_csv(stem.with_suffix(".csv"), pd.DataFrame([report]) if table is None else table)
-    record_run(f"bench:{kind}", scale, raw_files=raw_files, settings=vars(args), outputs=[out, csv],
+    record_run(f"bench:{kind}", scale, raw_files=raw_files, settings=settings_of(args), outputs=[out, csv],
                inputs=list(inputs), metrics=report)
     if table is not None:
         print(table.to_string(index=False))

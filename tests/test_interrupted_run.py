@@ -139,3 +139,10 @@ def test_cold_run_history_keeps_earlier_runs_and_replaces_a_run_kept_again(monke
     assert kept[kept.run == "old on Xeon"].minutes.tolist() == [10.0, 10.0]
     with pytest.raises(SystemExit, match="'all' row"):
         history.add_run(None, cold("x", "y", 1.0).iloc[:1])
+
+
+def test_a_resumed_mark_naming_a_cpu_with_parentheses_is_read(interrupted_run) -> None:
+    # the Xeon calls itself "Intel(R) Xeon(R) Processor": the mark's own ")" is not the first one
+    log = LOG.replace("(resumed run)", "(resumed run on Intel(R) Xeon(R) Processor)")
+    start, last = interrupted_run.minutes_before_kill(log, "02_training")
+    assert (start.strftime("%d %H:%M:%S"), last.strftime("%d %H:%M:%S")) == ("28 23:17:29", "29 00:45:06")
