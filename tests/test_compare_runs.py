@@ -39,3 +39,19 @@ def test_counts_per_verdict_and_both_runs_code_and_cpu(compare_runs, tmp_path: P
             summary["n_outside_tolerance"], summary["n_differs"]) == (4, 2, 1, 1, 0, 0)
     assert (summary["reference_code"], summary["reference_cpu"]) == ("44ada4fb96ae", "Intel(R) Xeon(R) Processor")
     assert (summary["code"], summary["cpu"]) == ("656d1c0aaaaa", "AMD EPYC")
+
+
+def test_models_moved_names_each_model_whose_metrics_changed_ignoring_wall_times(compare_runs, tmp_path: Path) -> None:
+    def metrics(root: Path, blind: float, seconds: float) -> None:
+        folder = root / "evaluate" / "musique" / "size-matched"
+        folder.mkdir(parents=True)
+        pd.DataFrame({"dataset": "musique", "model": ["memsafe", "memsafe", "blind_set", "blind_set"],
+                      "seed": [17, 29, 17, 29], "split": "test", "unsafe_auroc": [0.80, 0.81, 0.50, blind],
+                      "macro_f1": [0.6, 0.6, 0.4, 0.4], "fit_seconds": seconds, "deterministic": False}).to_csv(
+            folder / "metrics.csv", index=False)
+    metrics(tmp_path / "ref", 0.52, 10.0)
+    metrics(tmp_path / "new", 0.47, 99.0)  # every fit took longer; only blind_set's seed 29 moved
+    moved = compare_runs.models_moved(tmp_path / "ref", tmp_path / "new")
+    assert moved.to_dict("records") == [{"table": "evaluate/musique/size-matched/metrics.csv", "model": "blind_set",
+                                         "rows_moved": 1, "rows": 2, "columns": "unsafe_auroc",
+                                         "max_abs_diff": pytest.approx(0.05)}]
