@@ -20,7 +20,7 @@ from report import save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.evaluation.compare import DEFAULT_K, TIMING_COLUMNS, compare_trees
-from memsafe_lib.io import read_csv
+from memsafe_lib.io import read_csv, sha256_file
 
 
 def run_identity(tree: Path) -> dict[str, str]:
@@ -88,7 +88,12 @@ def main() -> None:
         parser.error(f"--reference {args.reference} is not a folder of artifacts")
     other = config.scale_config(args.scale).recorded_dir
     table, summary = verdicts(args.reference, other, args.k)
-    inputs = [p for p in (args.reference / "run_times.csv", other / "run_times.csv") if p.is_file()]
+    # the reference tree lies outside this checkout: its run_times.csv is named by its hash in the
+    # summary, since a ledger input outside the checkout would be keyed by this machine's path
+    reference_times = args.reference / "run_times.csv"
+    if reference_times.is_file():
+        summary["reference_run_times_sha256"] = sha256_file(reference_times)
+    inputs = [p for p in (other / "run_times.csv",) if p.is_file()]
     save_report("compare-runs", "compare_previous_run", args, [], summary, table=table, inputs=inputs)
     moved = models_moved(args.reference, other)
     save_report("compare-runs-models", "compare_previous_run_models", args, [],

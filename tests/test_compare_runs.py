@@ -55,3 +55,18 @@ def test_models_moved_names_each_model_whose_metrics_changed_ignoring_wall_times
     assert moved.to_dict("records") == [{"table": "evaluate/musique/size-matched/metrics.csv", "model": "blind_set",
                                          "rows_moved": 1, "rows": 2, "columns": "unsafe_auroc",
                                          "max_abs_diff": pytest.approx(0.05)}]
+
+
+def test_the_ledger_inputs_name_no_path_outside_the_checkout(compare_runs, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # the reference tree lies beside the checkout: an input there was keyed by this machine's path
+    ref = _tree(tmp_path / "ref", [0.70, 0.72, 0.74], "44ada4fb96ae", "Intel(R) Xeon(R) Processor")
+    saved: list[tuple[str, list[Path], dict]] = []
+    monkeypatch.setattr(compare_runs, "save_report",
+                        lambda kind, name, args, raw, summary, table=None, inputs=(): saved.append((kind, list(inputs), summary)))
+    monkeypatch.setattr("sys.argv", ["compare_runs.py", "--reference", str(ref), "--scale", "smoke"])
+    compare_runs.main()
+    assert [kind for kind, _, _ in saved] == ["compare-runs", "compare-runs-models"]
+    for _, inputs, _ in saved:
+        assert all(Path(p).resolve().is_relative_to(config.REPO_ROOT) for p in inputs), inputs
+    assert len(saved[0][2]["reference_run_times_sha256"]) == 64
