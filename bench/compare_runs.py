@@ -62,6 +62,8 @@ def models_moved(reference: Path, other: Path, atol: float = 1e-6) -> pd.DataFra
             continue
         old, new = read_csv(path), read_csv(other / name)
         keys = [c for c in ROW_KEYS if c in old.columns and c in new.columns]
+        if "model" not in keys:  # not a per-model table
+            continue
         values = [c for c in old.columns if c in new.columns and c not in TIMING_COLUMNS and c not in keys
                   and pd.api.types.is_float_dtype(old[c]) and pd.api.types.is_float_dtype(new[c])]
         both = old[keys + values].merge(new[keys + values], on=keys, suffixes=("_old", "_new"))
