@@ -37,6 +37,8 @@ import torch
 from torch import nn
 
 from memsafe_lib.config import DEFAULT_SEED, PACKAGED_ENCODER, model_dir
+from memsafe_lib.encodings.pairs import Pair
+from memsafe_lib.encodings.window import TRUNCATION_RULE, fit_pairs
 from memsafe_lib.io import SQLiteStore, atomic_dir
 from memsafe_lib.precision import use_bf16
 from memsafe_lib.progress import progress_bar
@@ -178,18 +180,6 @@ class EncoderConfig:
     """``bi`` only: what Stage B reads of a pair (see :data:`memsafe_lib.encodings.biencoder.FEATURES`)."""
 
 
-@dataclass(frozen=True)
-class Pair:
-    """One encoder input: the query (optionally followed by the bridge unit) and a unit."""
-
-    query: str
-    unit: str
-    bridge: str | None = None
-
-    def first(self) -> str:
-        return self.query if self.bridge is None else f"{self.query} [SEP] {self.bridge}"
-
-
 def _digest(*parts: str) -> str:
     h = hashlib.sha256()
     for part in parts:
@@ -220,6 +210,7 @@ class FoldEncoderBase(nn.Module):
 
     config: EncoderConfig
     backbone: Any
+    tokenizer: Any
 
     @property
     def bf16(self) -> bool:
@@ -236,6 +227,15 @@ class FoldEncoderBase(nn.Module):
         wider = copy.copy(self)  # a new attribute dict; parameters and submodules are this one's
         wider.config = replace(self.config, max_length=max_length)
         return wider
+
+    def token_lengths(self, pairs: Sequence[Pair]) -> np.ndarray:
+        """Tokens of each pair read jointly in the window, longest first: what fine-tuning sorts
+        its batches by (a cross-encoder refines this with its own truncation rule)."""
+        if not pairs:
+            return np.zeros(0, dtype=int)
+        ids = self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation="longest_first",
+                        max_length=self.config.max_length)["input_ids"]
+        return np.array([len(x) for x in ids], dtype=int)
 
 
 class CrossEncoder(FoldEncoderBase):
@@ -275,11 +275,24 @@ class CrossEncoder(FoldEncoderBase):
 
     def fingerprint(self) -> str:
         """Hash of the weights and the settings that change an encoding (not batch size)."""
-        return weights_fingerprint(self, f"{self.config.max_length}|{self.config.pooling}|{self.bf16}")
+        return weights_fingerprint(self, f"{self.config.max_length}|{self.config.pooling}|{self.bf16}|"
+                                         f"{TRUNCATION_RULE}")
 
     def tokenize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-        return self.tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation="longest_first",
+        """Model inputs of ``pairs`` in the window: a bridge pair's context is cut before its
+        unit (:mod:`memsafe_lib.encodings.window`), then anything left over longest first."""
+        fitted = fit_pairs(self.tokenizer, pairs, self.config.max_length)
+        return self.tokenizer([p.first() for p in fitted], [p.unit for p in fitted], truncation="longest_first",
                               max_length=self.config.max_length, padding=True, return_tensors="pt")
+
+    def token_lengths(self, pairs: Sequence[Pair]) -> np.ndarray:
+        """Tokens each pair occupies in the window (as :meth:`tokenize` reads it): for batching by length."""
+        if not pairs:
+            return np.zeros(0, dtype=int)
+        fitted = fit_pairs(self.tokenizer, pairs, self.config.max_length)
+        ids = self.tokenizer([p.first() for p in fitted], [p.unit for p in fitted], truncation="longest_first",
+                             max_length=self.config.max_length)["input_ids"]
+        return np.array([len(x) for x in ids], dtype=int)
 
     def truncated(self, pairs: Sequence[Pair]) -> np.ndarray:
         """Per pair: whether it is longer than the ``max_length`` window, i.e. whether the
@@ -381,9 +394,7 @@ def encode_pairs(model: CrossEncoder, pairs: Sequence[Pair], cache: EncodingCach
     if todo:
         first_pair = dict(zip(keys, pairs, strict=True))
         todo_pairs = [first_pair[k] for k in todo]
-        lengths = np.array([len(x) for x in model.tokenizer(
-            [p.first() for p in todo_pairs], [p.unit for p in todo_pairs], truncation="longest_first",
-            max_length=model.config.max_length)["input_ids"]])
+        lengths = model.token_lengths(todo_pairs)
         model.eval()
         start = time.perf_counter()
         bar = progress_bar(total=len(todo), desc="encode pairs", disable=not progress, leave=False)

@@ -125,9 +125,7 @@ def _batches(pairs: Sequence[Pair], model: CrossEncoder, config: FinetuneConfig,
     random enough for SGD, little padding."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(pairs))
-    lengths = np.array([len(x) for x in model.tokenizer([p.first() for p in pairs], [p.unit for p in pairs],
-                                                        truncation="longest_first",
-                                                        max_length=model.config.max_length)["input_ids"]])
+    lengths = model.token_lengths(pairs)
     chunk = config.batch_size * 50
     batches = []
     for i in range(0, len(order), chunk):

@@ -25,6 +25,7 @@ import pandas as pd
 from memsafe_lib import config
 from memsafe_lib.config import NeuralBudget
 from memsafe_lib.encodings.encoders import Pair, VariantEncoding, unit_string
+from memsafe_lib.encodings.window import window_counts
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.registry import SET_MODELS, fitted_once, is_neural, make_model, seeds_for
@@ -187,13 +188,10 @@ def target_pairs(variants: Sequence[Variant], encodings: Mapping[str, VariantEnc
 
 def truncation(tokenizer: Any, pairs: Sequence[Pair], window: int) -> dict[str, Any]:
     """How many ``pairs`` are longer than ``window`` tokens, i.e. read only in part: exact
-    tokenization of each whole pair as the encoder reads it (first text, unit, special tokens)."""
-    if not pairs:
-        return {"window": window, "pairs": 0, "truncated": 0, "share": None}
-    ids = tokenizer([p.first() for p in pairs], [p.unit for p in pairs], truncation=False,
-                    verbose=False)["input_ids"]  # no warning for a pair past the model's positions: counting them
-    cut = sum(len(x) > window for x in ids)
-    return {"window": window, "pairs": len(pairs), "truncated": int(cut), "share": cut / len(pairs)}
+    tokenization of each whole pair as the encoder reads it (first text, unit, special tokens);
+    :func:`memsafe_lib.encodings.window.window_counts` also says whose tokens are lost."""
+    counts = window_counts(tokenizer, pairs, window)
+    return {"window": window, "pairs": counts["pairs"], "truncated": counts["cut"], "share": counts["share_cut"]}
 
 
 def scores(variants: Sequence[Variant], predictions: Predictions) -> dict[str, Any]:
