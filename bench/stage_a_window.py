@@ -14,7 +14,9 @@ each under the pair cap, as the cpu scale's pooled Stage A builds it), then ever
 (AUROC, AUPRC; plain and bridge pairs). Test memories are never read. One seed (17).
 
     MEMSAFE_RECORD=1 .venv/bin/python bench/stage_a_window.py shares
-    MEMSAFE_RECORD=1 python3 bench/stage_a_window.py grid --device cuda --rows-out rows.jsonl
+    python3 bench/stage_a_window.py grid --device cuda --rows-out rows.jsonl    # on a GPU machine
+    MEMSAFE_RECORD=1 .venv/bin/python bench/stage_a_window.py grid --from-rows gpu/stage_a_window_h200.jsonl \
+        --rows-code 8ca4ad91b637    # its rows (kept in bench/gpu/), recorded with the code that computed them
 
 Each finished grid point is cached (``.cache/stage_a_window/``, keyed by the point, budget,
 device and code) and, with ``--rows-out``, appended there as it finishes, so a killed run
@@ -49,7 +51,7 @@ from memsafe_lib.encodings.encoders import (
 )
 from memsafe_lib.encodings.finetune import FinetuneConfig, finetune, training_pairs
 from memsafe_lib.encodings.window import window_counts
-from memsafe_lib.io import write_json
+from memsafe_lib.io import sha256_file, write_json
 from memsafe_lib.ledger import code_fingerprint
 from memsafe_lib.measures.metrics import average_precision, unsafe_auroc
 from memsafe_lib.threads import configure_threads
@@ -114,6 +116,13 @@ def grid(args: argparse.Namespace) -> None:
     splits = {d: by_split(result.variants) for d, (_, result) in data.items()}
     cache = scale.output_dir(config.BENCH) / ".cache" / "stage_a_window"
     device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else cpu_name()
+    if args.from_rows is not None:  # adopt the rows a run on another machine (a GPU) appended
+        rows = [json.loads(line) for line in args.from_rows.read_text(encoding="utf-8").splitlines() if line.strip()]
+        table = pd.DataFrame(rows)
+        save_report("stage_a_window", "stage_a_window_grid", args, files,
+                    {"rows": rows, "rows_code": args.rows_code, "rows_sha256": sha256_file(args.from_rows)},
+                    table=table)
+        return
     rows = []
     rankers: dict[int, PretrainedRanker] = {}  # one per window: u_top does not depend on the point's training
     for name in args.points:
@@ -175,6 +184,10 @@ def main() -> None:
     parser.add_argument("--points", nargs="+", default=list(POINTS), choices=list(POINTS), metavar="POINT")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--rows-out", type=Path, default=None, help="append each finished grid row here (JSON lines)")
+    parser.add_argument("--from-rows", type=Path, default=None,
+                        help="grid: record the rows another run appended with --rows-out instead of computing them")
+    parser.add_argument("--rows-code", default=None,
+                        help="with --from-rows: the code fingerprint of the run that computed them")
     args = parser.parse_args()
     configure_threads()
     (shares if args.part == "shares" else grid)(args)

@@ -24,7 +24,7 @@ from memsafe_lib.data.loader import DATASETS, discover_files, load_dataset
 from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.errors import DataFormatError
 from memsafe_lib.estimators.blind import blind_set_config
-from memsafe_lib.estimators.registry import BLIND, model_group
+from memsafe_lib.estimators.registry import BLIND, SHALLOW, model_group
 from memsafe_lib.evaluation.audit import AUDIT_CONTROLS, CHANCE_BAND, audit, blind_rows, blind_verdict
 from memsafe_lib.evaluation.compare import DEFAULT_K, compare_trees
 from memsafe_lib.evaluation.runs import run_evaluation
@@ -133,7 +133,8 @@ def cmd_construct(args: argparse.Namespace) -> int:
 def _print_blind(rows: list[dict[str, object]]) -> bool:
     """The blind audit as a table and a verdict; True when every control sits at chance on test."""
     table = pd.DataFrame(rows)
-    cols = [c for c in ("model", "role", "split", "n_variants", "unsafe_auroc", "within_chance", "unseen_memories",
+    cols = [c for c in ("model", "role", "split", "n_variants", "unsafe_auroc", "within_chance",
+                        "auroc_complete_vs_missing", "auroc_complete_vs_relation_lost", "unseen_memories",
                         "unseen_memory_auroc", "unit_auroc_seen", "unit_auroc_unseen") if c in table]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     test = table[table.split == "test"].iloc[0]
@@ -142,21 +143,24 @@ def _print_blind(rows: list[dict[str, object]]) -> bool:
     clean, leaks = blind_verdict(rows)
     lo, hi = CHANCE_BAND
     print(f"verdict: {'clean' if clean else 'LEAKS'}: "
-          + (f"every control within {lo}-{hi} test AUROC" if clean else
+          + (f"every blind and surface control within {lo}-{hi} test AUROC (the shallow question-aware ones "
+             "read the question: compare them with size-matched memories)" if clean else
              f"outside {lo}-{hi} test AUROC: {', '.join(leaks)} (a model that never reads the question, or never "
              "reads the memory, reads the label)"))
     return clean
 
 
 def _controls(text: str | None) -> list[str]:
-    """``--controls``: names or the groups ``surface`` and ``blind``; default every control."""
+    """``--controls``: names or the groups ``surface``, ``blind`` and ``shallow``; default every control."""
     if not text:
         return list(AUDIT_CONTROLS)
-    groups = {"surface": [c for c in AUDIT_CONTROLS if c not in BLIND], "blind": list(BLIND)}
+    groups = {"surface": [c for c in AUDIT_CONTROLS if c not in (*BLIND, *SHALLOW)], "blind": list(BLIND),
+              "shallow": list(SHALLOW)}
     out = [c for part in text.split(",") for c in groups.get(part.strip(), [part.strip()])]
     unknown = [c for c in out if c not in AUDIT_CONTROLS]
     if unknown:
-        raise ValueError(f"unknown control(s) {unknown}; choose from {list(AUDIT_CONTROLS)} or 'surface', 'blind'")
+        raise ValueError(f"unknown control(s) {unknown}; choose from {list(AUDIT_CONTROLS)} "
+                         "or 'surface', 'blind', 'shallow'")
     return out
 
 

@@ -444,12 +444,17 @@ SCALES: dict[str, ScaleConfig] = {
         seeds=PAPER_SEEDS[:3],
         description="All real data under MEMSAFE_DATA_DIR, three seeds; hours on 2 cores (minutes: README).",
         # One fine-tuned encoder pair (seed 17) shared by the three Stage B seeds, as the
-        # paper's ablations do. Stage A at 128 tokens (paper 256) on 4,000 balanced training
-        # pairs per fold at lr 1e-4 instead of a full epoch. The learning rate rests on
-        # validation pairs only (bench/stage_a_budget.py, MuSiQue, 4,000 pairs): evidence AUPRC
-        # 0.28 plain / 0.36 bridge at 1e-4 against 0.11 / 0.26 at 3e-5. (A first probe had
-        # compared the two on test-split pairs; it agreed, and no choice rests on it.) The
-        # concatenated cross-encoder sees 120 training memories, the judge
+        # paper's ablations do. Stage A at the paper's 256 tokens (a bridge pair's context cut
+        # before its unit: encodings/window.py) on 4,000 balanced training pairs per dataset
+        # per fold at lr 1e-4 instead of a full epoch. Both were re-decided for the 256-token
+        # window on validation only (bench/stage_a_window.py grid: one pooled fold-0 encoder per
+        # point, evidence AUPRC of every validation unit of the three datasets; run on a GPU):
+        # lr 1e-4 ahead of 5e-5 and 2e-4 (mean bridge AUPRC 0.674 vs 0.643 / 0.599), and at
+        # 1e-4 level with the 128-token encoder it replaces (0.674 vs 0.659). 8,000 pairs
+        # reached 0.714 but doubles fine-tuning, which at 256 tokens is about twice 128's on
+        # 2 cores (bench/stage_a_budget.py): the first lever once the cold run has room.
+        # The 128-token window used before cut unit tokens from about half of the MuSiQue and
+        # HotpotQA pairs (REPORT section 2). The concatenated cross-encoder sees 120 training memories, the judge
         # the first 6 test questions of each dataset. Stage B in bf16: faster fits at the
         # same MuSiQue validation AUROC (bench/stage_b_precision.py). Stage B stops after 10
         # epochs without a better validation score: on the 18 QA and 3 clinical fits of
@@ -469,7 +474,7 @@ SCALES: dict[str, ScaleConfig] = {
         # (exact all-MiniLM-L6-v2 tokenization, no forward pass): 85.58% at 128, 12.11% at 256,
         # 7.49% at 288, 5.31% at 304, 4.40% at 320, 3.68% at 336, 3.14% at 352, 1.89% at 384,
         # 0.83% at 512. Bridge pairs (q || u_top, u), twice the paragraph: 49.52% at 320.
-        neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=128,
+        neural=NeuralBudget(encoder=PACKAGED_ENCODER, encoder_seeds=PAPER_SEEDS[:1], max_length=256,
                             transfer_max_length=320, stage_a_pool=FAMILY_A_DATASETS,
                             finetune_max_pairs=4000, finetune_lr=1e-4, stage_b_bf16=True, stage_b_patience=10,
                             concat_max_train=120, judge_max_base_queries=6,

@@ -64,7 +64,9 @@ def test_audit_on_real_data_via_console_script(real_data: Path, dataset: str) ->
                            *controls], capture_output=True, text=True, check=True)
     report = json.loads(proc.stdout)
     blind = {"blind_bow", "blind_unit", "question_only"} | ({"blind_set"} if dataset == "musique" else set())
-    assert set(report["test_auroc"]) == {"majority", "paragraph_count", "text_length", "provenance_only", *blind}
+    shallow = {"qu_tfidf", "title_named", "retrieval_sim"} if dataset == "musique" else set()
+    assert set(report["test_auroc"]) == {"majority", "paragraph_count", "text_length", "provenance_only", *blind,
+                                         *shallow}
     assert report["test_auroc"]["majority"] == 0.5
 
 

@@ -4,8 +4,9 @@ numbers from the artifacts and the paper's reference values (never from the inde
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +14,7 @@ import pytest
 
 from memsafe_lib import config
 from memsafe_lib.reporting import paper_index as P
-from memsafe_lib.reporting.paper_report import REPORT, render
+from memsafe_lib.reporting.paper_report import REPORT, render, render_index
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,15 +88,31 @@ def test_a_filter_value_that_is_itself_a_cell_may_hold_commas(tmp_path: Path) ->
     assert value("cpu/g.csv gain=a,b v agg=sum .1f") == "5.0"  # not a cell: a list, as before
 
 
-def test_stage_a_setting_states_the_cpu_scale_as_configured() -> None:
+def test_stage_a_setting_states_the_cpu_scale_as_configured(tmp_path: Path) -> None:
     """The index's "what differs" text for Stage A must say what the cpu run did: pooled fold
-    encoders, the per-dataset pair cap, the token window and the seed counts of its config."""
+    encoders, the per-dataset pair cap, the token window and the seed counts of its config
+    (where no run recorded its budget)."""
     scale = config.scale_config("cpu")
     neural = scale.neural
-    text = P.STAGE_A
+    text = P.stage_a_setting("cpu", tmp_path)  # no recorded run there: the config
     assert neural.stage_a_pool == config.FAMILY_A_DATASETS  # the premise of the wording below
     assert "pooled over the 3 multi-hop QA datasets" in text
     assert f"{neural.finetune_max_pairs:,} training pairs of each per fold" in text
     assert f"{neural.max_length} tokens" in text
     assert f"{len(neural.encoder_seeds)} Stage A seed" in text
     assert f"{len(scale.seeds)} Stage B seeds" in text
+
+
+def test_stage_a_setting_states_the_budget_the_rendered_run_recorded(tmp_path: Path) -> None:
+    """Beside committed results, the index says what those results were made with, not a
+    budget changed since (the cpu window moved from 128 to 256 tokens before its rerun)."""
+    recorded = tmp_path / "cpu" / "evaluate" / "musique" / "size-matched" / "neural.json"
+    recorded.parent.mkdir(parents=True)
+    budget = {**asdict(config.scale_config("cpu").neural), "max_length": 96, "finetune_max_pairs": 1234}
+    recorded.write_text(json.dumps({"budget": budget}), encoding="utf-8")
+    text = P.stage_a_setting("cpu", tmp_path)
+    assert "at 96 tokens" in text and "1,234 training pairs of each per fold" in text
+    committed = ROOT / "artifacts" / "cpu" / "evaluate" / "musique" / "size-matched" / "neural.json"
+    window = json.loads(committed.read_text(encoding="utf-8"))["budget"]["max_length"]
+    rendered = render_index("cpu", ROOT / "artifacts")
+    assert f"at {window} tokens" in rendered and P.STAGE_A not in rendered

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from memsafe_lib import config
 from memsafe_lib.evaluation import reader_gating as G
 from memsafe_lib.reporting import reader as R
 
@@ -117,3 +118,30 @@ def test_the_second_readers_table_carries_the_three_points_the_paper_quotes() ->
     assert table.loc["answer_all", "paper_error_at_0.1"] == 0.9162
     assert table.loc["confidence", "paper_error_at_0.1"] == 0.9731
     assert table["paper_error_at_0.05"].isna().all() and pd.isna(table.loc["oracle", "paper_error_at_0.1"])
+
+
+def test_the_committed_prevalence_tables_native_cells_are_seed_17s_and_table_readers_the_seed_mean() -> None:
+    """The prevalence sweep gates on one MemSafe seed (17, as the paper's appendix uses one);
+    Table reader averages the three. Both recomputed here by hand from the committed reader
+    answers and MemSafe's test predictions: the first memories in (score, salted id) order, the
+    last of a fractional ``k = coverage * n`` counted in part."""
+    root = config.REPO_ROOT / "artifacts" / "cpu"
+    answers = pd.read_csv(root / "06_reader_gating" / "reader_answers.csv.gz")
+    predictions = pd.read_csv(root / "evaluate" / "musique" / "size-matched" / "predictions.csv.gz")
+    predictions = predictions[(predictions.model == "memsafe") & (predictions.split == "test")]
+    ties = G.tie_order(answers.variant_id)
+
+    def by_hand(seed: int, coverage: float) -> float:
+        score = predictions[predictions.seed == seed].set_index("variant_id").unsafe_prob.reindex(answers.variant_id)
+        wrong = answers.wrong.to_numpy(float)[np.lexsort((ties, score.to_numpy()))]
+        k = coverage * len(wrong)
+        whole = int(np.floor(k))
+        return float((wrong[:whole].sum() + (k - whole) * (wrong[whole] if whole < len(wrong) else 0.0)) / k)
+
+    sweep = pd.read_csv(root / "06_reader_gating" / "prevalence.csv")
+    native = sweep[sweep.native & (sweep.gate == "memsafe")].set_index("coverage").error
+    table = pd.read_csv(root / "06_reader_gating" / "reader.csv").set_index("gate")
+    for coverage in (0.05, 0.1):
+        assert native[coverage] == pytest.approx(by_hand(17, coverage))
+        mean = np.mean([by_hand(seed, coverage) for seed in (17, 29, 43)])
+        assert table.loc["memsafe", f"error_at_{coverage:g}"] == pytest.approx(mean)

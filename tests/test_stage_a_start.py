@@ -135,7 +135,7 @@ def test_budget_pooling_follows_the_checkpoint(cross_path: Path, bare_path: Path
     cpu = SCALES["cpu"]
     assert StageAConfig.for_budget(cpu.with_encoder(str(cross_path)).neural).encoder.pooling == "cls"
     assert StageAConfig.for_budget(cpu.with_encoder(str(bare_path)).neural).encoder.pooling == "mean"
-    assert StageAConfig.for_budget(cpu.neural).encoder == E.EncoderConfig(max_length=128)  # cpu caches stay valid
+    assert StageAConfig.for_budget(cpu.neural).encoder == E.EncoderConfig(max_length=256)  # the paper's window
 
 
 def test_an_encoder_that_cannot_load_offline_says_what_to_download(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -401,6 +402,11 @@ def passing_values() -> dict[tuple[str, str, str, str], tuple[float, float]]:
         for model, auroc in (("memsafe", 0.70), ("lexset", 0.60), ("blind_bow", 0.50), ("blind_unit", 0.50),
                              ("blind_set", 0.50), ("question_only", 0.50)):
             v[(d, "blind-matched", model, "test")] = (auroc, 0.4)
+    for d in QA:  # H7: blind-hard, blind controls at chance, shallow ones below memsafe
+        for model, auroc in (("memsafe", 0.70), ("lexset", 0.60), ("blind_bow", 0.50), ("blind_unit", 0.50),
+                             ("blind_set", 0.50), ("question_only", 0.50), ("qu_tfidf", 0.62),
+                             ("title_named", 0.55), ("retrieval_sim", 0.58)):
+            v[(d, "blind-hard", model, "test")] = (auroc, 0.4)
     return v
 
 
@@ -416,7 +422,7 @@ def status(report: pd.DataFrame) -> dict[str, str]:
 def test_hypotheses_pass_on_a_passing_table() -> None:
     out = evaluate_hypotheses(results_table(passing_values()), intervals_table())
     assert list(out.columns) == ["id", "statement", "status", "evidence"]
-    assert status(out) == {f"H{i}": "pass" for i in range(1, 7)}
+    assert status(out) == {f"H{i}": "pass" for i in range(1, 8)}
     h1 = out.set_index("id").loc["H1", "evidence"]
     assert "0.8000" in h1 and "0.7500" in h1 and "+0.0200" in h1  # the numbers used
 
@@ -428,8 +434,11 @@ def test_hypotheses_fail_when_the_claims_do_not_hold() -> None:
     v[("musique", "family-b-from-a", "tfidf", "test")] = (0.58, 0.5)  # tfidf drops only 0.02 -> H3 fail
     v[("mimic-iv", "clinical", "lexset", "test")] = (0.71, 0.45)  # H5 fail
     v[("hotpotqa", "blind-matched", "blind_set", "test")] = (0.72, 0.4)  # a blind control beats memsafe: H6 fail
+    v[("musique", "blind-hard", "qu_tfidf", "test")] = (0.71, 0.4)  # a shallow control beats memsafe: H7 fail
     out = evaluate_hypotheses(results_table(v), intervals_table(lo=-0.01))  # H1: interval reaches 0
-    assert status(out) == {f"H{i}": "fail" for i in range(1, 7)}
+    assert status(out) == {f"H{i}": "fail" for i in range(1, 8)}
+    h7 = out.set_index("id").loc["H7", "evidence"]
+    assert "musique test unsafe_auroc: memsafe 0.7000 - qu_tfidf 0.7100 = -0.0100 (not > 0)" in h7
     h6 = out.set_index("id").loc["H6", "evidence"]
     assert "hotpotqa test unsafe_auroc: memsafe 0.7000 - blind_set 0.7200 = -0.0200 (not > 0)" in h6
 
@@ -453,6 +462,21 @@ def test_hypotheses_untested_when_models_are_missing() -> None:
     no_blind = {k: x for k, x in v.items() if k[1] != "blind-matched"}
     h6 = evaluate_hypotheses(results_table(no_blind), None).set_index("id").loc["H6"]
     assert h6["status"] == "untested" and h6["evidence"] == "no blind-matched runs in the table"
+    no_hard = {k: x for k, x in v.items() if k[1] != "blind-hard"}
+    h7 = evaluate_hypotheses(results_table(no_hard), None).set_index("id").loc["H7"]
+    assert h7["status"] == "untested" and h7["evidence"] == "no blind-hard runs in the table"
+
+
+def test_h5_is_partially_refuted_when_a_clinical_setting_goes_to_lexset() -> None:
+    """Every clinical setting counts, the learning curve's smallest point included (the paper's own
+    H5 outcome); notebook 07 passes the curve's metrics with the table's."""
+    v = passing_values()
+    v[("mimic-iv", "clinical-cap250", "memsafe", "test")] = (0.90, 0.5)
+    v[("mimic-iv", "clinical-cap250", "lexset", "test")] = (0.95, 0.5)
+    h5 = evaluate_hypotheses(results_table(v), intervals_table()).set_index("id").loc["H5"]
+    assert h5["status"] == "partially refuted" and "[clinical-cap250]" in h5["evidence"]
+    source = (Path(__file__).resolve().parent.parent / "notebooks" / "07_clinical.py").read_text(encoding="utf-8")
+    assert "h5 = evaluate_hypotheses(curve_metrics)" in source
 
 
 def test_smoke_gates() -> None:

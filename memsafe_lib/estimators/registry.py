@@ -33,6 +33,7 @@ from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import CONTROLS, Estimator
 from memsafe_lib.estimators.lexset import NO_TITLE_SET_GROUPS, NO_TITLE_UNIT_GROUPS, LexSet
 from memsafe_lib.estimators.memsafe import MemSafe, RelevanceAggregation
+from memsafe_lib.estimators.shallow import SHALLOW_CONTROLS, QuestionUnitCosines, make_title_named
 from memsafe_lib.variants.clinical import CLINICAL
 
 MODELS: dict[str, Callable[[int], Estimator]] = {
@@ -49,6 +50,9 @@ MODELS: dict[str, Callable[[int], Estimator]] = {
     "clinical_rule": lambda seed: ClinicalRule(),
     "recency_only": lambda seed: recency_control(),
     "retrieval_sim": lambda seed: RetrievalSimilarity(),
+    # Shallow question-aware controls (memsafe_lib/estimators/shallow.py): topic or title overlap only.
+    "qu_tfidf": lambda seed: QuestionUnitCosines(),
+    "title_named": lambda seed: make_title_named(),
     # Blind controls (memsafe_lib/estimators/blind.py): never the question; or only the question.
     "blind_bow": lambda seed: BlindBagOfWords(),
     "blind_unit": lambda seed: BlindUnitEvidence(),
@@ -131,8 +135,12 @@ LADDER: tuple[str, ...] = ("lexset", "relevance_agg_frozen", "relevance_agg", "m
 BLIND: tuple[str, ...] = (*BLIND_CONTROLS, "question_only")
 """The blind controls: models that never read the question, and the one that reads nothing else."""
 
+SHALLOW: tuple[str, ...] = SHALLOW_CONTROLS
+"""The shallow question-aware controls: the question read only through topic or title overlap."""
+
 MODEL_GROUPS: dict[str, tuple[str, ...]] = {
-    "blind": BLIND, "baselines": ALL_BASELINES, "neural": MAIN_NEURAL, "all": (*MAIN_NEURAL, *ALL_BASELINES),
+    "blind": BLIND, "shallow": SHALLOW, "baselines": ALL_BASELINES, "neural": MAIN_NEURAL,
+    "all": (*MAIN_NEURAL, *ALL_BASELINES),
     "ablation": ABLATIONS, "ladder": LADDER}
 
 

@@ -23,12 +23,14 @@ from memsafe_lib.estimators.blind import (
 )
 from memsafe_lib.estimators.context import pretrained_embeddings
 from memsafe_lib.estimators.controls import CONTROLS, Estimator, Predictions
-from memsafe_lib.estimators.registry import BLIND, make_model
-from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
+from memsafe_lib.estimators.registry import BLIND, SHALLOW, make_model
+from memsafe_lib.measures.metrics import macro_f1, state_auroc, unsafe_auroc
 from memsafe_lib.measures.proposition import size_only_auroc, size_only_bound
 from memsafe_lib.parallel import side_by_side
 from memsafe_lib.progress import step
 from memsafe_lib.variants.construction import (
+    MISSING,
+    RELATION_LOST,
     ConstructionResult,
     Variant,
     by_split,
@@ -40,8 +42,22 @@ from memsafe_lib.variants.construction import (
 CHANCE_BAND: tuple[float, float] = (0.45, 0.55)
 """Test unsafe AUROC a control must stay within for a construction to count as clean (below
 0.45 is a leak too: the cue flipped)."""
-AUDIT_CONTROLS: tuple[str, ...] = (*CONTROLS, *BLIND)
-"""Every control the blind audit fits: the surface ones, the question-blind ones, question-only."""
+AUDIT_CONTROLS: tuple[str, ...] = (*CONTROLS, *BLIND, *SHALLOW)
+"""Every control the blind audit fits: the surface ones, the question-blind ones, question-only,
+and the shallow question-aware ones (topic or title overlap)."""
+
+
+def per_state(states: Sequence[str], score: np.ndarray) -> dict[str, float | None]:
+    """Unsafe AUROC of ``score`` per unsafe state against the complete memories: where a
+    construction's difficulty sits (missing is the easy side of a topic gap)."""
+    return {"auroc_complete_vs_missing": state_auroc(states, score, MISSING),
+            "auroc_complete_vs_relation_lost": state_auroc(states, score, RELATION_LOST)}
+
+
+def control_role(model: str) -> str:
+    """``blind`` (never reads the question, or only it), ``shallow`` (the question through topic
+    or title overlap only) or ``surface`` (size, length, provenance)."""
+    return "blind" if model in BLIND else "shallow" if model in SHALLOW else "surface"
 
 
 @dataclass
@@ -64,6 +80,7 @@ class ControlResult:
             "n_base_queries": len({v.base_id for v in self.variants}),
             "unsafe_auroc": unsafe_auroc(unsafe, self.predictions.unsafe_prob),
             "macro_f1": macro_f1(states, self.predictions.state.tolist(), labels),
+            **per_state(states, np.asarray(self.predictions.unsafe_prob)),
         }
 
 
@@ -227,8 +244,9 @@ def blind_table(train: Sequence[Variant], fitted: Sequence[ControlResult], datas
         mask = unseen[r.split]
         row: dict[str, Any] = {
             "dataset": dataset, "construction": construction, "model": r.control, "split": r.split,
-            "role": "blind" if r.control in BLIND else "surface", "n_variants": len(r.variants),
+            "role": control_role(r.control), "n_variants": len(r.variants),
             "unsafe_auroc": auroc, "within_chance": bool(CHANCE_BAND[0] <= auroc <= CHANCE_BAND[1]),
+            **per_state([v.state for v in r.variants], np.asarray(r.predictions.unsafe_prob)),
             "unseen_memories": int(mask.sum()),
             "unseen_memory_auroc": _auroc_or_none(y[mask].tolist(), np.asarray(r.predictions.unsafe_prob)[mask]),
             **bounds[r.split]}
@@ -248,8 +266,11 @@ def blind_rows(variants: Sequence[Variant], controls: Sequence[str] = AUDIT_CONT
 
 
 def blind_verdict(rows: Sequence[dict[str, Any]], split: str = "test") -> tuple[bool, list[str]]:
-    """(clean, the controls outside :data:`CHANCE_BAND` on ``split`` with their AUROC)."""
-    out = [f"{r['model']} {r['unsafe_auroc']:.3f}" for r in rows if r["split"] == split and not r["within_chance"]]
+    """(clean, the controls outside :data:`CHANCE_BAND` on ``split`` with their AUROC). The
+    shallow question-aware controls read the question, so they are not held to chance: a
+    construction is judged on them against size-matched memories (notebook 01's topic gap)."""
+    out = [f"{r['model']} {r['unsafe_auroc']:.3f}" for r in rows
+           if r["split"] == split and not r["within_chance"] and r.get("role") != "shallow"]
     return not out, out
 
 

@@ -30,6 +30,18 @@ def unsafe_auroc(unsafe: Sequence[bool] | np.ndarray, score: Sequence[float] | n
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def state_auroc(states: Sequence[str], score: Sequence[float] | np.ndarray, state: str,
+                reference: str = "complete") -> float | None:
+    """Unsafe AUROC on the memories in ``state`` and ``reference`` only (``state`` positive):
+    complete vs missing, or complete vs relation-lost. None where either is absent, so a
+    construction without a state shows a gap, not a number."""
+    kept = np.isin(np.asarray(states, dtype=object), [state, reference])
+    y = np.asarray(states, dtype=object)[kept] == state
+    if y.all() or not y.any():
+        return None
+    return unsafe_auroc(y, np.asarray(score, dtype=float)[kept])
+
+
 def macro_f1(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str] | None = None) -> float:
     """Unweighted mean of per-class F1 over ``labels`` (default: classes in ``y_true``).
 

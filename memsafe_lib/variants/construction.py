@@ -12,13 +12,14 @@ shares one split function.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from itertools import zip_longest
 from typing import Any
 
 from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.data.records import BaseQuery, Exclusion, LoadResult, LoadSummary, Unit
+from memsafe_lib.variants.topics import topic_triples
 
 COMPLETE, MISSING, RELATION_LOST, STALE = "complete", "missing", "relation_lost", "stale"
 STATES: tuple[str, ...] = (COMPLETE, MISSING, RELATION_LOST)
@@ -50,6 +51,7 @@ FOLD_SALT = "memsafe-train-fold-v1"
 """Two hash folds of the training questions (Stage A fine-tuning, LexSet cross-fitting)."""
 RELATION_SALT = "memsafe-relation-lost-v1"
 TRIPLE_SALT = "memsafe-blind-triple-v1"
+BLIND_HARD = "blind-hard"
 """Order in which blind-matched triples are formed, and each memory's unit order."""
 
 # Exclusion reasons (fixed strings so the ledger groups them).
@@ -66,6 +68,8 @@ NO_RELATION_LOST = "no relation-lost state (every evidence unit has the same tit
 SHORT_FILL = ("blind-matched triple without enough distinct distractors to give its three memories one size "
               "(the triple's questions are excluded together)")
 NO_TRIPLE = "no blind-matched triple: fewer than two other questions of its split with evidence disjoint from its own"
+NO_CLOSE_TRIPLE = ("no blind-hard triple: no two free questions of its split, among its closest, with evidence disjoint "
+                   "from its own and each other's and close enough to its topic")
 
 
 def assign_split(base_id: str, ratios: Sequence[float] = SPLIT_RATIOS, salt: str = SPLIT_SALT) -> str:
@@ -357,12 +361,12 @@ def _shared_memory(owner: BaseQuery, partial: list[Unit], fill: Sequence[Unit], 
     return tuple(Unit(u.unit_id, u.title, u.text, False, i) for i, u in enumerate(ordered))
 
 
-def _as_variant(q: BaseQuery, state: str, memory: tuple[Unit, ...]) -> Variant:
+def _as_variant(q: BaseQuery, state: str, memory: tuple[Unit, ...], construction: str = "blind-matched") -> Variant:
     """``memory`` read for question ``q``: its evidence flags and missing count are q's."""
     evidence = {_key(u) for u in q.evidence}
     units = tuple(MemoryUnit(u.unit_id, u.title, u.text, _key(u) in evidence, u.source_position, u.source_position)
                   for u in memory)
-    return Variant(f"blind-matched:{q.dataset}:{q.id}:{state}", q.id, q.dataset, "blind-matched", state,
+    return Variant(f"{construction}:{q.dataset}:{q.id}:{state}", q.id, q.dataset, construction, state,
                    assign_split(q.id), len(q.evidence) - sum(u.is_evidence for u in units), q.question, q.answers,
                    units, len(q.evidence), len(units))
 
@@ -389,6 +393,16 @@ def build_blind_matched(queries: Iterable[BaseQuery]) -> ConstructionResult:
     memory size, |M|/|H| and positions are constant within a base query. Provenance is not
     kept: units come from three contexts, so each unit's position is its place in the memory.
     """
+    return _build_triples(queries, "blind-matched", _triples, NO_TRIPLE)
+
+
+TripleForm = Callable[[Sequence[BaseQuery]], tuple[list[tuple[BaseQuery, ...]], list[BaseQuery]]]
+
+
+def _build_triples(queries: Iterable[BaseQuery], construction: str, form: TripleForm, no_triple: str
+                   ) -> ConstructionResult:
+    """The triple design shared by blind-matched and blind-hard; ``form`` groups one split's
+    questions into triples (and the ones it leaves out, excluded for ``no_triple``)."""
     queries = list(queries)
     dataset = queries[0].dataset if queries else ""
     exclusions: list[Exclusion] = []
@@ -396,19 +410,19 @@ def build_blind_matched(queries: Iterable[BaseQuery]) -> ConstructionResult:
     kept: dict[str, list[Unit]] = {}
     for q in queries:
         if not q.answerable:
-            exclusions.append(_exclude(q, UNANSWERABLE, "blind-matched"))
+            exclusions.append(_exclude(q, UNANSWERABLE, construction))
         elif len(q.distractors) < len(q.evidence):
-            exclusions.append(_exclude(q, TOO_FEW_DISTRACTORS, "blind-matched",
+            exclusions.append(_exclude(q, TOO_FEW_DISTRACTORS, construction,
                                        f"|D|={len(q.distractors)}, |S|={len(q.evidence)}"))
         elif (subset := relation_lost_evidence(q)) is None:
-            exclusions.append(_exclude(q, NO_RELATION_LOST, "blind-matched"))
+            exclusions.append(_exclude(q, NO_RELATION_LOST, construction))
         else:
             kept[q.id] = subset
             strata[assign_split(q.id)].append(q)
     variants: list[Variant] = []
     for split, members in sorted(strata.items()):
-        triples, left = _triples(members)
-        exclusions += [_exclude(q, NO_TRIPLE, "blind-matched", f"split {split}") for q in left]
+        triples, left = form(members)
+        exclusions += [_exclude(q, no_triple, construction, f"split {split}") for q in left]
         for a, b, c in triples:
             needs = [len(x.evidence) + len(kept[y.id]) for x, y in ((a, b), (b, c), (c, a))]
             evidence = {_key(u) for q in (a, b, c) for u in q.evidence}
@@ -423,15 +437,31 @@ def build_blind_matched(queries: Iterable[BaseQuery]) -> ConstructionResult:
             # evidence); then the largest size the fill allows, if it still holds every need.
             size = min(max(*(len(q.distractors) for q in (a, b, c)), *needs), min(needs) + len(fill))
             if size < max(needs):
-                exclusions += [_exclude(q, SHORT_FILL, "blind-matched", f"split {split}, needs {needs}, "
+                exclusions += [_exclude(q, SHORT_FILL, construction, f"split {split}, needs {needs}, "
                                         f"{len(fill)} distinct distractors") for q in (a, b, c)]
                 continue
             tag = f"{a.id}\x1f{b.id}\x1f{c.id}"
             memory = {q.id: _shared_memory(q, kept[nxt.id], fill, size, tag) for q, nxt in ((a, b), (b, c), (c, a))}
             for q, nxt, prev in ((a, b, c), (b, c, a), (c, a, b)):
-                variants += [_as_variant(q, COMPLETE, memory[q.id]), _as_variant(q, MISSING, memory[nxt.id]),
-                             _as_variant(q, RELATION_LOST, memory[prev.id])]
-    return ConstructionResult(dataset, "blind-matched", variants, exclusions)
+                variants += [_as_variant(q, COMPLETE, memory[q.id], construction),
+                             _as_variant(q, MISSING, memory[nxt.id], construction),
+                             _as_variant(q, RELATION_LOST, memory[prev.id], construction)]
+    return ConstructionResult(dataset, construction, variants, exclusions)
+
+
+def build_blind_hard(queries: Iterable[BaseQuery], min_closeness: float = 0.0) -> ConstructionResult:
+    """Blind-hard: blind matching (:func:`build_blind_matched`: no memory or question carries its
+    label) with each triple formed from questions whose evidence is disjoint but whose topics are
+    close (:func:`memsafe_lib.variants.topics.topic_triples`), so that the units replacing a
+    question's evidence sit as near its topic as the data allow, not on unrelated topics a model
+    reading the question shallowly would notice. ``min_closeness``: the smallest triple closeness
+    kept (questions without such a triple are excluded); the frontier of questions kept against
+    the topic gap is ``bench/blind_hard.py``'s."""
+    def form(members: Sequence[BaseQuery]) -> tuple[list[tuple[BaseQuery, ...]], list[BaseQuery]]:
+        triples, left, _ = topic_triples(members, _disjoint, TRIPLE_SALT, min_closeness)
+        return triples, left
+
+    return _build_triples(queries, BLIND_HARD, form, NO_CLOSE_TRIPLE)
 
 
 def memory_key(v: Variant) -> str:
@@ -456,6 +486,7 @@ BUILDERS = {
     "size-matched": build_size_matched,
     "deletion": build_deletion,
     "blind-matched": build_blind_matched,
+    BLIND_HARD: build_blind_hard,
     "family-b": build_family_b,
     "native": build_native,
 }
