@@ -30,18 +30,23 @@ from report import save_report  # bench/report.py (scripts run from bench/)
 from memsafe_lib import config
 from memsafe_lib.config import FAMILY_A_DATASETS, scale_config
 from memsafe_lib.data.loader import load_dataset
+from memsafe_lib.data.records import BaseQuery
 from memsafe_lib.evaluation.audit import fit_controls, per_state
 from memsafe_lib.measures.metrics import unsafe_auroc
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import (
     COMPLETE,
     MISSING,
+    TRIPLE_SALT,
     ConstructionResult,
     Variant,
+    assign_split,
     build_blind_hard,
     build_blind_matched,
     build_size_matched,
+    disjoint_evidence,
 )
+from memsafe_lib.variants.topics import distractor_closeness, topic_triples
 
 SHALLOW = ("qu_tfidf", "title_named", "retrieval_sim")
 BLIND = ("blind_bow", "blind_unit", "question_only")
@@ -63,6 +68,18 @@ def own_distractor_share(variants: list[Variant], distractors: dict[str, set[tup
         total += len(replaced)
         own += sum(key in distractors[qid] for key in replaced)
     return own / total if total else None
+
+
+def topic_closeness(queries: list[BaseQuery]) -> dict[str, float]:
+    """Medians over the dataset's splits: a blind-hard triple's closeness (no smallest closeness),
+    and a question's closeness to its own nearest distractor (the bar a replacement would meet)."""
+    triples, own = [], []
+    for split in ("train", "validation", "test"):
+        members = [q for q in queries if q.answerable and assign_split(q.id) == split]
+        triples += topic_triples(members, disjoint_evidence, TRIPLE_SALT)[2]
+        own += distractor_closeness(members).tolist()
+    return {"triple_closeness_median": float(np.median(triples)), "own_distractor_closeness_median":
+            float(np.median(own))}
 
 
 def rows_for(dataset: str, label: str, result: ConstructionResult, base: int,
@@ -111,6 +128,8 @@ def main() -> None:
         for t in args.closeness:
             rows += rows_for(dataset, f"blind-hard >= {t:g}", build_blind_hard(loaded.queries, t), base,
                              distractors, sm)
+        closeness = topic_closeness(loaded.queries)
+        rows = [{**r, **closeness} if r["dataset"] == dataset else r for r in rows]
         print(pd.DataFrame([r for r in rows if r["dataset"] == dataset]).to_string(index=False), flush=True)
     table = pd.DataFrame(rows)
     save_report("blind_hard", "blind_hard_frontier", args, files, {"rows": table.to_dict(orient="records")},

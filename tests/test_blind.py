@@ -27,15 +27,23 @@ from memsafe_lib.variants.construction import (
     COMPLETE,
     MISSING,
     RELATION_LOST,
+    NO_CLOSE_TRIPLE,
+    TRIPLE_SALT,
+    build_blind_hard,
     build_blind_matched,
     build_size_matched,
+    disjoint_evidence,
     by_split,
     memory_key,
     memory_multiplicities,
     multiplicities,
     relation_lost_evidence,
 )
+from memsafe_lib.variants.topics import closeness, topic_triples
 from tests.synthetic import make_query
+
+TRIPLE_BUILDERS = pytest.mark.parametrize("build", [build_blind_matched, build_blind_hard],
+                                          ids=["blind-matched", "blind-hard"])
 
 
 def _queries(n: int = 240) -> list[BaseQuery]:
@@ -63,12 +71,13 @@ def _split(variants):  # noqa: ANN001, ANN202 - test helper
     return parts
 
 
-def test_blind_matched_states_follow_from_each_memorys_evidence() -> None:
+@TRIPLE_BUILDERS
+def test_blind_matched_states_follow_from_each_memorys_evidence(build) -> None:  # noqa: ANN001
     """Recompute each variant's state, missing count and evidence flags from the memory's texts
     and the question's own evidence: complete = all of S, missing = none, relation-lost = the
     size-matched relation-lost subset exactly."""
     queries = {q.id: q for q in _queries(90)}
-    result = build_blind_matched(queries.values())
+    result = build(queries.values())
     assert result.variants
     for v in result.variants:
         q = queries[v.base_id]
@@ -82,8 +91,9 @@ def test_blind_matched_states_follow_from_each_memorys_evidence() -> None:
         assert len({(u.title, u.text) for u in v.units}) == len(v.units)  # no paragraph twice
 
 
-def test_every_memory_is_complete_once_and_unsafe_twice_in_every_split() -> None:
-    result = build_blind_matched(_queries())
+@TRIPLE_BUILDERS
+def test_every_memory_is_complete_once_and_unsafe_twice_in_every_split(build) -> None:  # noqa: ANN001
+    result = build(_queries())
     accounted = {v.base_id for v in result.variants} | {e.record_id for e in result.exclusions}
     assert accounted == {q.id for q in _queries()}  # every question used or excluded with a reason
     for split, variants in _split(result.variants).items():
@@ -338,3 +348,40 @@ def test_the_blind_set_model_trains_for_the_scales_stage_b_epochs() -> None:
     assert SCALES["smoke"].neural.stage_b_epochs == 4
     cpu = blind_set_config(SCALES["cpu"])
     assert (cpu.epochs, cpu.patience) == (DEFAULT_BLIND_SET.epochs, DEFAULT_BLIND_SET.patience) == (30, 10)
+
+
+def _topical(topics: dict[str, list[str]]) -> list[BaseQuery]:
+    """One question per word: it names its word, its evidence paragraph is about the word's topic
+    (the topic name and the word), its distractors about nothing in particular."""
+    out = []
+    for topic, words in topics.items():
+        for w in words:
+            units = (Unit(f"{w}:e", f"{w.title()} page", f"the {topic} {w} is known for its {topic}", True, 0),
+                     Unit(f"{w}:e2", f"{w.title()} notes", f"{w} notes on {topic}", True, 1),
+                     *(Unit(f"{w}:d{k}", f"Other {w} {k}", f"filler text number {k} of {w}", False, 2 + k)
+                       for k in range(4)))
+            out.append(BaseQuery(f"q-{w}", "synthetic", f"what is the {topic} {w} known for?", ("a",), units, True,
+                                 Provenance("synthetic", 0, "0" * 64)))
+    return out
+
+
+def test_closeness_is_the_largest_cosine_of_a_question_to_anothers_evidence() -> None:
+    queries = _topical({"volcano": ["etna", "hekla"], "violin": ["amati"]})
+    c = closeness(queries)
+    assert c[0, 1] > 0 and c[0, 1] > c[0, 2]  # etna's question is nearer hekla's (volcano) evidence than amati's
+    assert c[0, 0] == c[0].max()  # and nearest its own
+
+
+def test_blind_hard_triples_keep_to_a_topic_and_a_smallest_closeness_excludes_with_a_reason() -> None:
+    topics = {"volcano": ["etna", "hekla", "fuji"], "violin": ["amati", "guarneri", "stradivari"]}
+    queries = _topical(topics)
+    triples, left, scores = topic_triples(queries, disjoint_evidence, TRIPLE_SALT)
+    assert not left and len(triples) == 2
+    topic_of = {f"q-{w}": t for t, ws in topics.items() for w in ws}
+    assert all(len({topic_of[q.id] for q in triple}) == 1 for triple in triples)  # hash-order triples would mix
+    assert min(scores) > 0
+    # every triple below the smallest closeness asked for: nobody is grouped, each with its reason
+    strict = build_blind_hard(queries, min_closeness=max(scores) + 0.01)
+    assert not strict.variants
+    assert {e.reason for e in strict.exclusions} == {NO_CLOSE_TRIPLE}
+    assert {e.record_id for e in strict.exclusions} == {q.id for q in queries}

@@ -203,7 +203,8 @@ def render(text: str, artifacts: Path | None = None) -> str:
 REPORT = config.REPO_ROOT / "paper" / "REPORT.md"
 GENERATED_DOCUMENTS: tuple[Path, ...] = (REPORT, config.REPO_ROOT / "README.md",
                                          *(config.REPO_ROOT / "docs" / f"{name}.md"
-                                           for name in ("running", "run_history", "stage_a", "baselines")))
+                                           for name in ("running", "run_history", "stage_a", "baselines",
+                                                        "constructions")))
 """Files with generated blocks: the report, the README's headline numbers and gate table, and
 the time tables of ``docs/running.md``."""
 

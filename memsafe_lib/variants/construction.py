@@ -68,8 +68,8 @@ NO_RELATION_LOST = "no relation-lost state (every evidence unit has the same tit
 SHORT_FILL = ("blind-matched triple without enough distinct distractors to give its three memories one size "
               "(the triple's questions are excluded together)")
 NO_TRIPLE = "no blind-matched triple: fewer than two other questions of its split with evidence disjoint from its own"
-NO_CLOSE_TRIPLE = ("no blind-hard triple: no two free questions of its split, among its closest, with evidence disjoint "
-                   "from its own and each other's and close enough to its topic")
+NO_CLOSE_TRIPLE = ("no blind-hard triple: no two free questions of its split, among its closest, with evidence "
+                   "disjoint from its own and each other's and close enough to its topic")
 
 
 def assign_split(base_id: str, ratios: Sequence[float] = SPLIT_RATIOS, salt: str = SPLIT_SALT) -> str:
@@ -324,7 +324,7 @@ def _key(u: Unit) -> tuple[str, str]:
     return (u.title, u.text)
 
 
-def _disjoint(a: BaseQuery, b: BaseQuery, c: BaseQuery) -> bool:
+def disjoint_evidence(a: BaseQuery, b: BaseQuery, c: BaseQuery) -> bool:
     """Whether the three questions' evidence is pairwise disjoint (by paragraph identity)."""
     keys = [{_key(u) for u in q.evidence} for q in (a, b, c)]
     return not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])
@@ -339,8 +339,8 @@ def _triples(queries: Sequence[BaseQuery]) -> tuple[list[tuple[BaseQuery, ...]],
     while pool:
         a = pool.pop(0)
         ranked = sorted(range(len(pool)), key=lambda i: (len(pool[i].distractors) != len(a.distractors), i))
-        found = next(((i, j) for x, i in enumerate(ranked) for j in ranked[x + 1:] if _disjoint(a, pool[i], pool[j])),
-                     None)
+        found = next(((i, j) for x, i in enumerate(ranked) for j in ranked[x + 1:]
+                      if disjoint_evidence(a, pool[i], pool[j])), None)
         if found is None:
             left.append(a)
             continue
@@ -458,7 +458,7 @@ def build_blind_hard(queries: Iterable[BaseQuery], min_closeness: float = 0.0) -
     kept (questions without such a triple are excluded); the frontier of questions kept against
     the topic gap is ``bench/blind_hard.py``'s."""
     def form(members: Sequence[BaseQuery]) -> tuple[list[tuple[BaseQuery, ...]], list[BaseQuery]]:
-        triples, left, _ = topic_triples(members, _disjoint, TRIPLE_SALT, min_closeness)
+        triples, left, _ = topic_triples(members, disjoint_evidence, TRIPLE_SALT, min_closeness)
         return triples, left
 
     return _build_triples(queries, BLIND_HARD, form, NO_CLOSE_TRIPLE)

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from memsafe_lib.data.records import BaseQuery, Unit
 from memsafe_lib.data.loader import hash_rank
+from memsafe_lib.data.records import BaseQuery, Unit
 
 TRIPLE_CANDIDATES = 40
 """Partners considered per question (its closest, by pair closeness): the greedy search looks at
