@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from memsafe_lib.measures.risk_control import binomial_p_value, ltt_threshold
+from memsafe_lib.measures.risk_control import binomial_p_value, ltt_threshold, one_per_group
 
 PI = 0.5  # unsafe prevalence; complete scores ~ U(0, 1), unsafe scores ~ sqrt(U(0, 1))
 ALPHA = 0.2
@@ -83,3 +83,22 @@ def test_edge_cases() -> None:
     assert "probability >= 0.9" in separated.guarantee
     with pytest.raises(ValueError):
         ltt_threshold([True, False], [0.1, 0.2], alpha=0.0)
+
+
+def test_clustered_memories_count_once_per_group() -> None:
+    """Three copies of each of 200 memories (a question's variants, as dependent as can be): as
+    600 independent memories the binomial test would certify a 5% risk that 200 cannot."""
+    rng = np.random.default_rng(3)
+    unsafe = rng.random(200) < 0.02
+    score = np.where(unsafe, 0.9, rng.random(200) * 0.5)
+    y, s, g = np.repeat(unsafe, 3), np.repeat(score, 3), np.repeat([f"q{i}" for i in range(200)], 3)
+    pooled = ltt_threshold(y, s, 0.05, 0.1)
+    grouped = ltt_threshold(y, s, 0.05, 0.1, groups=g.tolist())
+    alone = ltt_threshold(unsafe, score, 0.05, 0.1)
+    assert grouped.n_calibration == 200 and pooled.n_calibration == 600
+    assert (grouped.threshold, grouped.accepted, grouped.errors) == (alone.threshold, alone.accepted, alone.errors)
+    assert pooled.accepted > grouped.accepted  # what treating copies as independent buys, and should not
+    kept = one_per_group(g.tolist())
+    assert len(kept) == 200 and len({g[i] for i in kept}) == 200 and list(kept) == list(one_per_group(g.tolist()))
+    with pytest.raises(ValueError, match="groups has 3 entries"):
+        ltt_threshold(y, s, 0.05, 0.1, groups=["a", "b", "c"])

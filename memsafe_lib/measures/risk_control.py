@@ -23,8 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binom
 
+from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.measures.metrics import _paired
 
+GROUP_SALT = "memsafe-ltt-one-per-group-v1"
 DEFAULT_GRID = np.round(np.linspace(0.0, 1.0, 101), 6)
 """Thresholds on the unsafe probability, fixed in advance (the guarantee needs a grid that
 does not depend on the validation scores)."""
@@ -61,12 +63,34 @@ def binomial_p_value(errors: int, accepted: int, alpha: float) -> float:
     return float(binom.cdf(errors, accepted, alpha))
 
 
+def one_per_group(groups: Sequence[str]) -> np.ndarray:
+    """Indices of one member per group, the first in salted-hash order of (group, position): the
+    memories of one question (or patient) are not independent, one from each of them is."""
+    chosen: dict[str, tuple[int, int]] = {}
+    for i, g in enumerate(groups):
+        rank = hash_rank(f"{g}\x1f{i}", GROUP_SALT)
+        if g not in chosen or rank < chosen[g][0]:
+            chosen[str(g)] = (rank, i)
+    return np.array(sorted(i for _, i in chosen.values()), dtype=int)
+
+
 def ltt_threshold(unsafe: Sequence[bool] | np.ndarray, score: Sequence[float] | np.ndarray, alpha: float,
-                  delta: float = 0.1, grid: Sequence[float] | np.ndarray = DEFAULT_GRID) -> RiskControl:
-    """The largest grid threshold whose null "risk > alpha" is rejected at ``delta / |grid|``."""
+                  delta: float = 0.1, grid: Sequence[float] | np.ndarray = DEFAULT_GRID,
+                  groups: Sequence[str] | None = None) -> RiskControl:
+    """The largest grid threshold whose null "risk > alpha" is rejected at ``delta / |grid|``.
+
+    ``groups`` (a base question or patient per memory): the binomial test needs independent
+    memories, and a question's three variants are not; given groups it tests one memory of each
+    (:func:`one_per_group`), so the guarantee holds for clustered data at the cost of the rest.
+    Without groups every memory counts as independent, which overstates the evidence."""
     if not 0 < alpha < 1 or not 0 < delta < 1:
         raise ValueError(f"alpha and delta must lie in (0, 1); got {alpha}, {delta}")
     y, s = _paired(unsafe, score, "unsafe", "score")
+    if groups is not None:
+        if len(groups) != y.size:
+            raise ValueError(f"groups has {len(groups)} entries for {y.size} memories")
+        keep = one_per_group(groups)
+        y, s = y[keep], s[keep]
     thresholds = np.sort(np.asarray(grid, dtype=float))
     level = delta / len(thresholds)
     order = np.argsort(s, kind="stable")

@@ -36,6 +36,9 @@ def with_paper(table: pd.DataFrame, reference: str = "reader") -> pd.DataFrame:
     out.insert(1, "label", out.gate.map(GATE_LABELS).fillna(out.gate))
     for c in COVERAGES:
         out[f"paper_error_at_{c:g}"] = out.gate.map(lambda g, c=c: paper.get(g, {}).get(f"{c:g}"))
+    unstated = out.gate.map(lambda g: paper.get(g, {}).get("unstated") if isinstance(paper.get(g), dict) else None)
+    if unstated.notna().any():  # a value the paper quotes without saying at which coverage
+        out["paper_error_coverage_unstated"] = unstated
     return out
 
 
