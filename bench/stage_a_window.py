@@ -15,8 +15,8 @@ each under the pair cap, as the cpu scale's pooled Stage A builds it), then ever
 
     MEMSAFE_RECORD=1 .venv/bin/python bench/stage_a_window.py shares
     python3 bench/stage_a_window.py grid --device cuda --rows-out rows.jsonl    # on a GPU machine
-    MEMSAFE_RECORD=1 .venv/bin/python bench/stage_a_window.py grid --from-rows gpu/stage_a_window_h200.jsonl \
-        --rows-code 8ca4ad91b637    # its rows (kept in bench/gpu/), recorded with the code that computed them
+    MEMSAFE_RECORD=1 .venv/bin/python bench/stage_a_window.py grid --from-rows gpu/stage_a_window_h200.json \
+        --rows-code 8ca4ad91b637    # its rows (kept in bench/gpu/ as JSON), recorded with the code that computed them
 
 Each finished grid point is cached (``.cache/stage_a_window/``, keyed by the point, budget,
 device and code) and, with ``--rows-out``, appended there as it finishes, so a killed run
@@ -117,7 +117,9 @@ def grid(args: argparse.Namespace) -> None:
     cache = scale.output_dir(config.BENCH) / ".cache" / "stage_a_window"
     device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else cpu_name()
     if args.from_rows is not None:  # adopt the rows a run on another machine (a GPU) appended
-        rows = [json.loads(line) for line in args.from_rows.read_text(encoding="utf-8").splitlines() if line.strip()]
+        text = args.from_rows.read_text(encoding="utf-8")
+        rows = (json.loads(text)["rows"] if args.from_rows.suffix == ".json"  # kept: {"what", "rows"}
+                else [json.loads(line) for line in text.splitlines() if line.strip()])  # as --rows-out appends
         table = pd.DataFrame(rows)
         save_report("stage_a_window", "stage_a_window_grid", args, files,
                     {"rows": rows, "rows_code": args.rows_code, "rows_sha256": sha256_file(args.from_rows)},
