@@ -287,12 +287,7 @@ class CrossEncoder(FoldEncoderBase):
 
     def token_lengths(self, pairs: Sequence[Pair]) -> np.ndarray:
         """Tokens each pair occupies in the window (as :meth:`tokenize` reads it): for batching by length."""
-        if not pairs:
-            return np.zeros(0, dtype=int)
-        fitted = fit_pairs(self.tokenizer, pairs, self.config.max_length)
-        ids = self.tokenizer([p.first() for p in fitted], [p.unit for p in fitted], truncation="longest_first",
-                             max_length=self.config.max_length)["input_ids"]
-        return np.array([len(x) for x in ids], dtype=int)
+        return super().token_lengths(fit_pairs(self.tokenizer, pairs, self.config.max_length))
 
     def truncated(self, pairs: Sequence[Pair]) -> np.ndarray:
         """Per pair: whether it is longer than the ``max_length`` window, i.e. whether the

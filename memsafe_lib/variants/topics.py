@@ -33,10 +33,15 @@ def _unit_text(u: Unit) -> str:
     return f"{u.title}: {u.text}"
 
 
+def _vectorizer(queries: Sequence[BaseQuery]) -> TfidfVectorizer:
+    """TF-IDF fitted on the questions and every unit of ``queries`` (sorted: the same on every run)."""
+    texts = sorted({_unit_text(u) for q in queries for u in q.units} | {q.question for q in queries})
+    return TfidfVectorizer(lowercase=True, sublinear_tf=True, dtype=np.float32).fit(texts)
+
+
 def closeness(queries: Sequence[BaseQuery]) -> np.ndarray:
     """``c[x, y]``: the largest TF-IDF cosine between question x and an evidence unit of y."""
-    texts = sorted({_unit_text(u) for q in queries for u in q.units} | {q.question for q in queries})
-    vectorizer = TfidfVectorizer(lowercase=True, sublinear_tf=True, dtype=np.float32).fit(texts)
+    vectorizer = _vectorizer(queries)
     questions = vectorizer.transform([q.question for q in queries])
     evidence = [_unit_text(u) for q in queries for u in q.evidence]
     owners = np.repeat(np.arange(len(queries)), [len(q.evidence) for q in queries])
@@ -52,8 +57,7 @@ def closeness(queries: Sequence[BaseQuery]) -> np.ndarray:
 def distractor_closeness(queries: Sequence[BaseQuery]) -> np.ndarray:
     """Per question, the largest TF-IDF cosine between it and one of its own distractors: how near
     the units that replace its evidence under size matching are (the bar for blind-hard's)."""
-    texts = sorted({_unit_text(u) for q in queries for u in q.units} | {q.question for q in queries})
-    vectorizer = TfidfVectorizer(lowercase=True, sublinear_tf=True, dtype=np.float32).fit(texts)
+    vectorizer = _vectorizer(queries)
     out = np.zeros(len(queries), dtype=np.float32)
     for i, q in enumerate(queries):
         if q.distractors:
