@@ -17,13 +17,13 @@ coarse, 101 points, to keep the correction mild.)
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import binom
 
-from memsafe_lib.data.loader import hash_rank
 from memsafe_lib.measures.metrics import _paired
 
 GROUP_SALT = "memsafe-ltt-one-per-group-v1"
@@ -68,7 +68,7 @@ def one_per_group(groups: Sequence[str]) -> np.ndarray:
     memories of one question (or patient) are not independent, one from each of them is."""
     chosen: dict[str, tuple[int, int]] = {}
     for i, g in enumerate(groups):
-        rank = hash_rank(f"{g}\x1f{i}", GROUP_SALT)
+        rank = int.from_bytes(hashlib.sha256(f"{GROUP_SALT}\x1f{g}\x1f{i}".encode()).digest()[:8], "big")
         if g not in chosen or rank < chosen[g][0]:
             chosen[str(g)] = (rank, i)
     return np.array(sorted(i for _, i in chosen.values()), dtype=int)
