@@ -40,6 +40,7 @@ from memsafe_lib.encodings.encoders import (
 )
 from memsafe_lib.encodings.finetune import encode_with_folds
 from memsafe_lib.encodings.stagea import FoldEncoder, fold_encoder
+from memsafe_lib.data.mimic import independence_group
 from memsafe_lib.errors import DataFormatError
 from memsafe_lib.estimators.controls import without_provenance
 from memsafe_lib.estimators.lexset import UnitFeaturizer
@@ -224,7 +225,10 @@ class Gate:
             raise ValueError("this gate has no calibration data (trained before format 2); train it again "
                              "with `memsafe train` to use --risk")
         key = "score" if with_provenance else "score_without_provenance"
-        return ltt_threshold(calibration["unsafe"], calibration[key], alpha=risk, delta=delta)
+        # one memory per question: a question's memories are not independent (a gate saved
+        # before groups were stored counts them as independent, which overstates the evidence)
+        return ltt_threshold(calibration["unsafe"], calibration[key], alpha=risk, delta=delta,
+                             groups=calibration.get("group"))
 
     def decide(self, outputs: Sequence[GateOutput], control: RiskControl) -> list[str]:
         """``answer`` where the unsafe probability is at most the controlled threshold, else ``abstain``."""
@@ -244,6 +248,17 @@ def oversized(unit_counts: Sequence[int], config: Mapping[str, Any]) -> list[int
     if not largest:
         return []
     return [i for i, n in enumerate(unit_counts) if n > OVERSIZE_FACTOR * largest]
+
+
+CALIBRATION_GROUP_SALT = "memsafe-gate-calibration-group-v1"
+
+
+def calibration_groups(variants: Sequence[Variant]) -> list[str]:
+    """Per validation memory, which memories it shares its question (on clinical data: patient)
+    with, as a salted hash: risk control needs only equality, and a gate directory never holds
+    a record's id."""
+    return [hashlib.sha256(f"{CALIBRATION_GROUP_SALT}\x1f{independence_group(v.dataset, v.base_id)}".encode())
+            .hexdigest()[:12] for v in variants]
 
 
 def abstain_reason(control: RiskControl) -> str:
@@ -430,6 +445,7 @@ def train_gate(dataset: str | Sequence[str], scale: ScaleConfig, seed: int | Non
             metrics[f"{s}_without_provenance"] = split_metrics(bare, bare_pred)
             if s == "validation":  # Learn-then-Test thresholds for `memsafe score --risk`
                 calibration = {"unsafe": [bool(v.unsafe) for v in splits[s]],
+                               "group": calibration_groups(splits[s]),
                                "score": [float(x) for x in estimator.predict(splits[s]).unsafe_prob],
                                "score_without_provenance": [float(x) for x in bare_pred.unsafe_prob]}
     settings = {"dataset": name, "datasets": list(datasets), "scale": scale.name, "seed": seed,

@@ -48,7 +48,8 @@
 # %% tags=["parameters"]
 scale = "smoke"
 datasets = ["musique", "hotpotqa", "2wikimultihopqa"]
-neural_models = ["memsafe", "mean_pool", "relevance_agg", "concat_ce"]
+neural_models = ["memsafe", "mean_pool", "relevance_agg", "concat_ce", "memsafe_no_provenance",
+                 "mean_pool_no_provenance"]
 joint_models = ["joint_8k"]
 joint_datasets = ["musique"]
 baseline_models = ["tfidf", "sc_tfidf", "lexset", "lexset_no_title", "lexset_logistic", "retrieval_sim",
@@ -153,6 +154,20 @@ metrics = pd.concat([pd.read_csv(files[d]["metrics"]) for d in datasets], ignore
 main = main_results.main_table(summary, datasets)
 write_csv(out / "main_table.csv", main)
 main
+
+# %% [markdown]
+# **Without provenance.** MemSafe's query token reads where the kept units sat in the source
+# context and |M|/|H|. Under size matching a question's three memories keep different source
+# slots (a missing memory drops the evidence's, a complete one distractors'), so these
+# statistics differ between states by construction, even though evidence sits where
+# distractors sit (the provenance-only control's row above). The same two set models read each
+# memory as it would arrive without provenance (source positions = memory positions, |H| = |M|):
+# what they lose is what they owed to the source slots.
+
+# %%
+no_provenance = main_results.provenance_table(summary, datasets)
+write_csv(out / "no_provenance.csv", no_provenance)
+no_provenance
 
 # %%
 fig = main_results.auroc_figure(summary, datasets)
@@ -296,7 +311,8 @@ record_run("notebook:02_training", cfg,
                      "joint_models": joint_models, "joint_datasets": joint_datasets,
                      "blind_matched_models": blind_matched_models,
                      "budget": asdict(cfg.neural), "n_resamples": n_resamples, "judge_llm": judge_llm},
-           outputs=[out / f for f in ("stage_a.csv", "main_table.csv", "main_auroc.png", "bootstrap_memsafe.csv",
+           outputs=[out / f for f in ("stage_a.csv", "main_table.csv", "no_provenance.csv", "main_auroc.png",
+                                      "bootstrap_memsafe.csv",
                                       "seed_variability.csv", "localization_calibration.csv", "selective.csv",
                                       "llm_judge.csv", "blind_matched_table.csv", "h2_lexset_variants.csv",
                                       "hardening_joint.csv", *(["fig_hardening_joint.png"] if len(joint) else []),

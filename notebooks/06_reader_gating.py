@@ -193,10 +193,12 @@ else:
 # %% [markdown]
 # ## 3 · Pre-registered criteria and the judges' AUROC
 #
-# The criteria exactly as registered (a 10% reader-risk target; (ii)'s memory-length control
-# is `paragraph_count`, the paper's row). With an answer-all error far above 10%, (i) and (ii)
-# can hold only if a gate finds a pocket of nearly always answered-right memories; we report
-# them as met / not met without replacing them.
+# The criteria as the paper states them. (i) has a 10% reader-risk target: with an answer-all
+# error far above 10% it can hold only if a gate finds a pocket of nearly always answered-right
+# memories; we report it as met / not met without replacing it. (ii) names no risk target:
+# MemSafe's error among answered against answering everything, at coverage matched to the
+# memory-length control's (`paragraph_count`, the paper's row), i.e. every gate read at Table
+# "reader"'s coverages; it holds when MemSafe is below answer-all at each.
 
 # %%
 crit = G.criteria(frame)

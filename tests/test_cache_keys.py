@@ -78,9 +78,15 @@ def test_two_encoders_two_fits_and_one_encoder_one_fit(tmp_path: Path, monkeypat
     assert len(list(cache.glob("relevance_agg-17-*.pkl"))) == 2 and len(list(cache.glob("lexset-17-*.pkl"))) == 1
 
 
-def hand_context(scale: ScaleConfig, encodings: dict[str, VariantEncoding], frozen: bool = False) -> NeuralContext:
-    """A context with Stage A encodings only (as worker processes get them: no fold encoders)."""
-    stage_a = StageAResult(dict(encodings), (), None, EncodeStats(), (0, 0))  # type: ignore[arg-type]
+FOLD_FILES = (Path("encoder-fold0-aaaa.safetensors"), Path("encoder-fold1-aaaa.safetensors"))
+
+
+def hand_context(scale: ScaleConfig, encodings: dict[str, VariantEncoding], frozen: bool = False,
+                 files: tuple[Path, ...] = FOLD_FILES) -> NeuralContext:
+    """A context with Stage A encodings only (as worker processes get them: no fold encoders,
+    only their weight files' names)."""
+    stage_a = StageAResult(dict(encodings), (), None, EncodeStats(), (0, 0),  # type: ignore[arg-type]
+                           encoder_files=files)
     other = {17: StageAResult(dict(encodings), (), None, EncodeStats(), (0, 0))} if frozen else {}  # type: ignore[arg-type]
     return NeuralContext("synthetic", scale, {17: stage_a}, {"width": 16, "heads": 2, "epochs": 2}, "cpu", other)
 
@@ -123,9 +129,14 @@ def test_with_encoder_and_budgets_change_the_key_of_what_reads_them() -> None:
     for fields in ({"max_length": 2 * scale.neural.max_length}, {"finetune_max_pairs": 8}, {"finetune_lr": 1e-3},
                    {"encoder_pooling": "cls"}):
         assert key("relevance_agg", budget(**fields)) != key("relevance_agg", base), fields
-    for fields in ({"concat_max_train": 5}, {"concat_max_length": 2 * scale.neural.concat_max_length}):
+    for fields in ({"concat_max_train": 5}, {"concat_max_length": 2 * scale.neural.concat_max_length},
+                   {"concat_epochs": 3}, {"concat_start": "pretrained"}):
         assert key("concat_ce", budget(**fields)) != key("concat_ce", base), fields
         assert key("memsafe", budget(**fields)) == key("memsafe", base), fields
+    # the concatenated cross-encoder's start: another fold encoder is another fit; its encodings are not read
+    other_start = hand_context(scale, enc, frozen=True, files=(Path("encoder-fold0-bbbb.safetensors"),) * 2)
+    assert key("concat_ce", other_start) != key("concat_ce", base)
+    assert key("memsafe", other_start) == key("memsafe", base)
     selected = hand_context(scale, enc, frozen=True)
     selected.stage_b = {**selected.stage_b, "width": 32}  # another Stage B grid point
     assert key("memsafe", selected) != key("memsafe", base)

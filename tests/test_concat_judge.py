@@ -196,3 +196,60 @@ def test_comparison_on_the_judged_subset_matches_sklearn(variants: list[C.Varian
     expected = np.mean([roc_auc_score(y, preds[preds.seed == s].set_index("variant_id").loc[ids, "unsafe_prob"])
                         for s in (17, 29)])
     assert out["memsafe"]["unsafe_auroc"] == pytest.approx(expected) and out["memsafe"]["n_seeds"] == 2
+
+
+def test_concat_starts_from_a_fold_encoders_body_with_its_own_head(variants: list[C.Variant], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``start_file``: the fold encoder's body (every ``backbone.*`` weight, read back from the file
+    itself), the concatenated model's own seeded head, and its own fine-tuning cache entry."""
+    from safetensors.torch import load_file, save_file
+
+    from memsafe_lib.encodings.encoders import CrossEncoder, EncoderConfig
+
+    fold = CrossEncoder(EncoderConfig(model=K.PACKAGED_MINILM, max_length=32, bf16=False), seed=3)
+    with torch.no_grad():
+        for p in fold.parameters():
+            p.add_(0.01)  # a "tuned" body that differs from the shipped one everywhere
+    start = tmp_path / "encoder-fold0-test.safetensors"
+    save_file({k: t.contiguous() for k, t in fold.state_dict().items()}, start)
+    tuned: list[K.CrossEncoder] = []
+    monkeypatch.setattr(K, "finetune", lambda model, *a, **k: tuned.append(model))  # no steps: the start itself
+    settings = K.ConcatConfig(max_length=64, epochs=1, batch_size=4, max_train=6, bf16=False)
+    train = [v for v in variants if v.split == "train"]
+    model = K.ConcatCrossEncoder(17, settings, cache_dir=tmp_path, start_file=start).fit(train)
+    saved = load_file(start)
+    body = {k: t for k, t in saved.items() if k.startswith("backbone.")}
+    assert body and all(torch.equal(tuned[0].state_dict()[k], t) for k, t in body.items())
+    fresh = CrossEncoder(EncoderConfig(model=K.PACKAGED_MINILM, max_length=64, bf16=False), seed=17)
+    assert torch.equal(tuned[0].head.weight, fresh.head.weight)  # type: ignore[union-attr]
+    assert not torch.equal(tuned[0].head.weight, saved["head.weight"])
+    assert model.config["start"] == f"stage_a:{start.name}"
+    K.ConcatCrossEncoder(17, settings, cache_dir=tmp_path).fit(train)  # shipped start: another cached run
+    assert len(list(tmp_path.glob("concat-*.safetensors"))) == 2
+
+    save_file({"head.weight": saved["head.weight"]}, tmp_path / "head-only.safetensors")
+    with pytest.raises(ValueError, match="no 'backbone"):
+        K.ConcatCrossEncoder(17, settings, cache_dir=tmp_path, start_file=tmp_path / "head-only.safetensors").fit(train)
+
+
+def test_context_names_the_concat_start_by_encoder_seed(tmp_path: Path) -> None:
+    from memsafe_lib.encodings.encoders import EncodeStats
+    from memsafe_lib.encodings.stagea import StageAResult
+    from memsafe_lib.estimators.context import NeuralContext
+
+    files = (tmp_path / "fold0.safetensors", tmp_path / "fold1.safetensors")
+    smoke = SCALES["smoke"]
+    scale = replace(smoke, neural=replace(smoke.neural, encoder_seeds=(17, 29, 43), concat_start="stage_a"))
+    result = StageAResult({}, (), None, EncodeStats(), (0, 0), encoder_files=files)  # type: ignore[arg-type]
+    context = NeuralContext("synthetic", scale, {17: result, 29: replace(result, encoder_files=files[::-1]),
+                                                 43: result})
+    assert context.concat_start_file(17) == files[0]
+    assert context.concat_start_file(29) == files[1]  # seed 29's own fold-0 file
+    assert context.concat_start_file(71) == files[0]  # the paper's reuse: 71 -> 17, 101 -> 29, as Stage B
+    assert context.concat_start_file(101) == files[1]
+    shipped = replace(context, scale=replace(scale, neural=replace(scale.neural, concat_start="pretrained")))
+    assert shipped.concat_start_file(17) is None
+    with pytest.raises(ValueError, match="no fine-tuned fold encoders"):
+        replace(context, stage_a={}).concat_start_file(17)
+    with pytest.raises(ValueError, match="concat_start must be"):
+        replace(context, scale=replace(scale, neural=replace(scale.neural, concat_start="bi"))).concat_start_file(17)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from memsafe_lib import cli
@@ -420,3 +421,34 @@ def test_cli_score_reports_progress_at_most_every_few_seconds(trained: Trained, 
     assert main(["score", "--gate", str(trained.gate_dir), "--input", str(src)]) == 0
     progress = [line for line in capsys.readouterr().err.splitlines() if "memsafe: scored" in line]
     assert len(progress) == lines and progress[-1].startswith("memsafe: scored 5 of 5")
+
+
+def test_risk_control_tests_one_validation_memory_per_question(trained: Trained, tmp_path: Path) -> None:
+    """A question's memories are not independent: with groups stored, Learn-then-Test counts one
+    memory per question (200 here, not 600); a gate saved without them counts all 600."""
+    gate_dir = tmp_path / "gate"
+    gate_dir.mkdir()
+    for f in trained.gate_dir.iterdir():
+        (gate_dir / f.name).write_bytes(f.read_bytes())
+    rng = np.random.default_rng(1)
+    unsafe = [bool(i % 3) for i in range(600)]
+    scores = [float(rng.uniform(0.55, 1.0) if u else rng.uniform(0.0, 0.5)) for u in unsafe]
+    groups = [f"q{i // 3}" for i in range(600)]
+    config = json.loads((trained.gate_dir / "config.json").read_text())
+    config["calibration"] = {"unsafe": unsafe, "score": scores, "score_without_provenance": scores, "group": groups}
+    (gate_dir / "config.json").write_text(json.dumps(config))
+    control = Gate.load(gate_dir).risk_control(0.05)
+    assert control.n_calibration == 200
+    assert control.threshold == ltt_threshold(unsafe, scores, alpha=0.05, delta=0.1, groups=groups).threshold
+    del config["calibration"]["group"]
+    (gate_dir / "config.json").write_text(json.dumps(config))
+    assert Gate.load(gate_dir).risk_control(0.05).n_calibration == 600
+
+
+def test_trained_gate_stores_question_groups_not_ids(joint_gate: JointGate) -> None:
+    calibration = json.loads((joint_gate.directory / "config.json").read_text())["calibration"]
+    groups = calibration["group"]
+    assert len(groups) == len(calibration["unsafe"]) > 0
+    sizes = pd.Series(groups).value_counts()
+    assert sizes.max() <= 3 and len(sizes) < len(groups)  # a question's variants share a group
+    assert all(len(g) == 12 and int(g, 16) >= 0 for g in groups)  # salted hashes, never a record's id

@@ -275,3 +275,40 @@ def test_set_model_draws_its_dropout_masks_with_mask_dropout() -> None:
         assert drops and all(isinstance(m, MaskDropout) and m.p == 0.1 for m in drops)
     legacy = SetModel(6, 3, SetModelConfig(width=16, heads=2, dropout=0.1, mask_dropout=False))
     assert not any(isinstance(m, MaskDropout) for m in legacy.modules())
+
+
+def test_memsafe_without_provenance_never_reads_source_slots() -> None:
+    """``provenance=False``: scores do not move when the kept units' source positions and the
+    history size change; with provenance they do (so the check can fail)."""
+    from dataclasses import replace
+
+    variants, enc = _variants_and_encodings(40)
+    train = [v for v in variants if C.train_fold(v.base_id) == 0]
+    test = [v for v in variants if C.train_fold(v.base_id) == 1][:12]
+    moved = [replace(v, units=tuple(replace(u, source_position=3 * u.source_position + 1) for u in v.units),
+                     source_units=3 * v.source_units + 2) for v in test]
+    config = SetModelConfig(width=16, heads=2, epochs=2, use_lexical=False)
+    bare = MemSafe(enc, seed=17, base=config, provenance=False).fit(train)
+    np.testing.assert_array_equal(bare.predict(test).unsafe_prob, bare.predict(moved).unsafe_prob)
+    assert bare.config["provenance"] is False
+    full = MemSafe(enc, seed=17, base=config).fit(train)
+    assert not np.allclose(full.predict(test).unsafe_prob, full.predict(moved).unsafe_prob)
+
+
+def test_provenance_table_by_hand() -> None:
+    import pandas as pd
+
+    from memsafe_lib.reporting.main_results import provenance_table
+
+    summary = pd.DataFrame([
+        {"construction": "size-matched", "dataset": "musique", "model": "memsafe", "unsafe_auroc": 0.80, "macro_f1": 0.5},
+        {"construction": "size-matched", "dataset": "musique", "model": "memsafe_no_provenance", "unsafe_auroc": 0.75,
+         "macro_f1": 0.45},
+        {"construction": "blind-matched", "dataset": "musique", "model": "memsafe_no_provenance", "unsafe_auroc": 0.6,
+         "macro_f1": 0.3},
+        {"construction": "size-matched", "dataset": "musique", "model": "mean_pool", "unsafe_auroc": 0.7,
+         "macro_f1": 0.4}])  # mean pool without provenance did not run: no row
+    table = provenance_table(summary, ["musique"])
+    assert len(table) == 1 and table.iloc[0].model == "memsafe"
+    assert table.iloc[0].unsafe_auroc_change == pytest.approx(-0.05)
+    assert table.iloc[0].macro_f1_change == pytest.approx(-0.05)

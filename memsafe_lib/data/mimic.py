@@ -35,6 +35,14 @@ from memsafe_lib.io import sha256_file
 
 CLINICAL_DATASETS: dict[str, str] = {"mimic-omr": "omr", "mimic-labs": "labevents"}
 """Dataset name -> hosp table."""
+
+
+def independence_group(dataset: str, base_id: str) -> str:
+    """What a memory shares its dependence with: its base question, or on clinical data its
+    patient (the part of the base id before the first '-': a patient's questions share events).
+    Risk control tests one memory per group."""
+    return base_id.split("-")[0] if dataset in CLINICAL_DATASETS else base_id
+
 DEMO_ROOT = "mimic-iv-demo"
 ROOTS: tuple[str, ...] = (DEMO_ROOT, "mimic-iv")
 """Where tables are looked for, in order, unless credentialed MIMIC-IV is required."""

@@ -101,6 +101,10 @@ class StageAResult:
     start is never read as if it had a trained relevance head)."""
     pair_encodings: bool = True
     """False for a relevance-only frozen Stage A: ``plain`` and ``bridge`` are empty."""
+    encoder_files: tuple[Path, ...] = ()
+    """The fine-tuned fold encoders' weight files (safetensors, fold 0 then 1; none when frozen):
+    what a worker process, which gets the encodings without the encoders, can start from
+    (the concatenated cross-encoder's ``stage_a`` start)."""
     target_cache: EncodingCache | None = None
     """Where :meth:`encode` keeps target pairs, keyed by encoder weights and pair content:
     beside the (possibly shared) fold encoders, so every source that shares them, and a
@@ -184,11 +188,12 @@ def _tune_fold(shared: tuple[StageAConfig, int, Path, bool], job: _FoldJob) -> i
 
 
 def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: PretrainedRanker, seed: int,
-                   cache_dir: Path, progress: bool) -> tuple[list[FoldEncoder], list[int]]:
+                   cache_dir: Path, progress: bool) -> tuple[list[FoldEncoder], list[int], tuple[Path, ...]]:
     """Both fold encoders: loaded when finished before, else fine-tuned; two unfinished folds
-    are tuned side by side on CPU (one thread each, so the weights are the same either way)."""
+    are tuned side by side on CPU (one thread each, so the weights are the same either way).
+    Also their weight files (none for a frozen Stage A)."""
     if config.frozen:
-        return [fold_encoder(config.encoder, seed) for _ in (0, 1)], [0, 0]
+        return [fold_encoder(config.encoder, seed) for _ in (0, 1)], [0, 0], ()
     jobs = [_fold_job(config, train, fold, bi, seed) for fold in (0, 1)]
     finished = [_final_path(cache_dir, job).exists() for job in jobs]
     for job in (job for job, done in zip(jobs, finished, strict=True) if done):
@@ -211,7 +216,7 @@ def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: Pretraine
         model.load_state_dict(load_file(_final_path(cache_dir, job)))
         model.eval()
         models.append(model)
-    return models, [len(job.pairs) for job in jobs]
+    return models, [len(job.pairs) for job in jobs], tuple(_final_path(cache_dir, job) for job in jobs)
 
 
 def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, cache_dir: Path,
@@ -242,7 +247,7 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     start = time.perf_counter()
     bi = make_ranker(config.encoder, ranker_store)
     train = [v for v in variants if v.split == "train"]
-    encoders, sizes = _fold_encoders(config, train + pool, bi, seed, encoder_dir, progress)
+    encoders, sizes, files = _fold_encoders(config, train + pool, bi, seed, encoder_dir, progress)
     timings["finetune"] = time.perf_counter() - start
     stats = EncodeStats()
     start = time.perf_counter()
@@ -266,7 +271,7 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     ranker_store.close()
     relevance = bi.description if config.frozen else FINE_TUNED_RELEVANCE
     result = StageAResult({e.variant_id: e for e in encoded}, pair, bi, stats, (sizes[0], sizes[1]), timings,
-                          relevance, pair_encodings=not relevance_only,
+                          relevance, pair_encodings=not relevance_only, encoder_files=files,
                           target_cache=EncodingCache(encoder_dir / "targets.sqlite"))
     with atomic_open(cache_dir / f"stage_a-{seed}.json", "w") as fh:
         json.dump({"config": asdict(config), "seed": seed, **result.summary()}, fh, indent=2, default=str)

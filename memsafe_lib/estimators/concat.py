@@ -1,8 +1,9 @@
 """The concatenated cross-encoder: one encoder pass over (question, whole memory), 512 tokens.
 
 The strongest baseline of Qiu et al. and the paper's test of whether a set model is needed
-at all. The encoder (same start as Stage A) is fine-tuned on the unsafe label of the
-serialised memory, truncated to ``max_length`` tokens (the paper: 512, which cuts almost
+at all. The encoder is fine-tuned on the unsafe label of the serialised memory, starting from
+Stage A's start (the paper's relevance-trained cross-encoder) or, for a start that ships
+without a relevance head, from a Stage A fold encoder's weights (``start_file``), truncated to ``max_length`` tokens (the paper: 512, which cuts almost
 every MuSiQue memory). The integrity state is read from the tuned encoder's pooled
 representation by a multinomial logistic head fitted afterwards on the same training
 memories (the paper trains it jointly; a documented simplification).
@@ -72,6 +73,16 @@ def capped(train: Sequence[Variant], max_train: int | None) -> list[Variant]:
     return out
 
 
+def load_backbone(model: CrossEncoder, path: Path) -> None:
+    """Put the encoder body saved in ``path`` (a fold encoder's state, keys ``backbone.*``) into
+    ``model``; every body weight must be there, so a file of another architecture fails here."""
+    prefix = "backbone."
+    body = {k[len(prefix):]: t for k, t in load_file(path).items() if k.startswith(prefix)}
+    if not body:
+        raise ValueError(f"{path}: no '{prefix}*' weights; not a Stage A cross-encoder fold encoder")
+    model.backbone.load_state_dict(body, strict=True)
+
+
 def pair(v: Variant) -> Pair:
     return Pair(v.question, memory_text(v))
 
@@ -83,6 +94,10 @@ class ConcatCrossEncoder:
     encoder_model: str = PACKAGED_MINILM
     device: str = "cpu"
     cache_dir: Path | None = None
+    start_file: Path | None = None
+    """Encoder weights to start from (a Stage A fold encoder's safetensors; its ``backbone.``
+    entries, the head stays this model's own seeded one); None: ``encoder_model`` as shipped.
+    The fine-tuning cache is keyed by the weights, so a different start never reads another's."""
     name: str = "concat_ce"
     deterministic: bool = False
     config: dict[str, Any] = field(default_factory=dict)
@@ -112,6 +127,8 @@ class ConcatCrossEncoder:
         s = self.settings
         model = CrossEncoder(EncoderConfig(model=self.encoder_model, max_length=s.max_length, bf16=s.bf16,
                                            batch_size=16, device=self.device), seed=self.seed)
+        if self.start_file is not None:
+            load_backbone(model, self.start_file)
         subset = capped(train, s.max_train)
         pairs = [pair(v) for v in subset]
         labels = np.array([v.unsafe for v in subset], dtype=np.float32)
@@ -131,7 +148,8 @@ class ConcatCrossEncoder:
         reps, _ = self._encode(subset)
         self._state = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=5000)).fit(
             reps, [v.state for v in subset])
-        self.config = {**asdict(s), "train_memories": len(subset), "encoder": self.encoder_model}
+        self.config = {**asdict(s), "train_memories": len(subset), "encoder": self.encoder_model,
+                       "start": "pretrained" if self.start_file is None else f"stage_a:{self.start_file.name}"}
         return self
 
     def predict(self, variants: Sequence[Variant]) -> Predictions:

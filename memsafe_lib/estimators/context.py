@@ -70,6 +70,24 @@ class NeuralContext:
                              f"context with {'frozen' if frozen else 'finetuned'}=True")
         return table[encoder_seed].encodings
 
+    def concat_start_file(self, seed: int) -> Path | None:
+        """The weights the concatenated cross-encoder of ``seed`` starts from: None for the shipped
+        ``encoder`` (``concat_start="pretrained"``), else fold encoder 0 of the fine-tuned Stage A of
+        the seed's encoder seed (``"stage_a"``; a seed without its own encoders reuses another's,
+        as Stage B does)."""
+        start = self.budget.concat_start
+        if start == "pretrained":
+            return None
+        if start != "stage_a":
+            raise ValueError(f"concat_start must be 'pretrained' or 'stage_a', got {start!r}")
+        encoder_seed = encoder_seed_for(seed, self.budget.encoder_seeds)
+        result = self.stage_a.get(encoder_seed)
+        if result is None or not result.encoder_files:
+            raise ValueError(f"{self.dataset}: the concatenated cross-encoder starts from Stage A (concat_start="
+                             f"'stage_a') but the context has no fine-tuned fold encoders for encoder seed "
+                             f"{encoder_seed}; build it with finetuned=True")
+        return result.encoder_files[0]
+
     def without_encoders(self) -> NeuralContext:
         """The same context holding only the Stage A encodings (all that set models read):
         light enough to hand to worker processes; fold encoders and ranker stay here."""

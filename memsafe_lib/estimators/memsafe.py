@@ -129,6 +129,11 @@ class MemSafe:
     provenance_dropout: float = 0.0
     """Fraction of training memories shown without provenance (0 in every table; the gate
     uses :data:`memsafe_lib.gate.GATE_PROVENANCE_DROPOUT`)."""
+    provenance: bool = True
+    """False: every memory, in training and scoring, is read as it would arrive without provenance
+    (:func:`without_provenance`: source positions are memory positions, |H| = |M|), so the query
+    token carries the memory's size and nothing about which source slots it kept (the rows
+    "without provenance" beside the main ones)."""
     deterministic: bool = False
     config: dict[str, Any] = field(default_factory=dict)
     selection_scores: list[dict[str, Any]] = field(default_factory=list)
@@ -136,7 +141,12 @@ class MemSafe:
     model: SetModel | None = None
     log: TrainLog | None = None
 
+    def _read(self, variants: Sequence[Variant]) -> Sequence[Variant]:
+        return variants if self.provenance else [without_provenance(v) for v in variants]
+
     def fit(self, train: Sequence[Variant], validation: Sequence[Variant] | None = None) -> MemSafe:
+        train = self._read(train)
+        validation = self._read(validation) if validation else validation
         enc = lookup(self.encodings, train)
         self.tokens = TokenBuilder(bridge=self.bridge, lexical=self.base.use_lexical).fit(
             train, enc, self.provenance_dropout)
@@ -157,7 +167,8 @@ class MemSafe:
         self.selection_scores = chosen.grid_scores
         self.config = {**asdict(replace(self.base, **point)), "bridge": self.bridge,
                        "best_epoch": self.log.best_epoch,
-                       **({"provenance_dropout": self.provenance_dropout} if self.provenance_dropout else {})}
+                       **({"provenance_dropout": self.provenance_dropout} if self.provenance_dropout else {}),
+                       **({} if self.provenance else {"provenance": False})}
         return self
 
     def _predict_with(self, model: SetModel, variants: Sequence[Variant]) -> Predictions:
@@ -171,7 +182,7 @@ class MemSafe:
     def predict(self, variants: Sequence[Variant]) -> Predictions:
         if self.model is None:
             raise RuntimeError(f"{self.name}: call fit() first")
-        return self._predict_with(self.model, variants)
+        return self._predict_with(self.model, self._read(variants))
 
 
 def relevance_features(e: VariantEncoding, ks: Sequence[int] = (2, 3, 4)) -> list[float]:

@@ -61,10 +61,14 @@ MODELS: dict[str, Callable[[int], Estimator]] = {
 }
 
 def _joint(seed: int, ctx: NeuralContext, name: str, encoder: str, window: int) -> ConcatCrossEncoder:
-    """A joint encoder over (question, whole memory): the concatenated cross-encoder or the 8k one."""
+    """A joint encoder over (question, whole memory): the concatenated cross-encoder or the 8k one.
+    Only the concatenated one may start from Stage A (``budget.concat_start``): the 8k encoder is
+    another checkpoint."""
     cache = ctx.cache_dir / ("concat" if name == "concat_ce" else "joint")
-    return ConcatCrossEncoder(seed, ConcatConfig(max_length=window, max_train=ctx.budget.concat_max_train),
-                              encoder_model=encoder, device=ctx.device, cache_dir=cache, name=name)
+    start = ctx.concat_start_file(seed) if name == "concat_ce" else None
+    settings = ConcatConfig(max_length=window, max_train=ctx.budget.concat_max_train, epochs=ctx.budget.concat_epochs)
+    return ConcatCrossEncoder(seed, settings, encoder_model=encoder, device=ctx.device, cache_dir=cache,
+                              start_file=start, name=name)
 
 
 NEURAL_MODELS: dict[str, Callable[[int, NeuralContext], Estimator]] = {
@@ -72,6 +76,13 @@ NEURAL_MODELS: dict[str, Callable[[int, NeuralContext], Estimator]] = {
     "mean_pool": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(attention=False),
                                            name="mean_pool", device=ctx.device),
     "relevance_agg": lambda seed, ctx: RelevanceAggregation(ctx.encodings(seed)),
+    # The set models read without provenance (source positions and |M|/|H| dropped: query token = size),
+    # beside the main rows: what MemSafe and mean pooling owe to which source slots a memory kept.
+    "memsafe_no_provenance": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(), provenance=False,
+                                                       name="memsafe_no_provenance", device=ctx.device),
+    "mean_pool_no_provenance": lambda seed, ctx: MemSafe(ctx.encodings(seed), seed, ctx.set_config(attention=False),
+                                                         provenance=False, name="mean_pool_no_provenance",
+                                                         device=ctx.device),
     "concat_ce": lambda seed, ctx: _joint(seed, ctx, "concat_ce", ctx.budget.encoder, ctx.budget.concat_max_length),
     # The paper's 8k joint encoder: the concatenated cross-encoder's serialisation, objective and
     # training on a long-context sequence-classification checkpoint (budget.joint_encoder).
@@ -94,7 +105,8 @@ at a given seed (``*_frozen``: the pretrained encoder's, without fine-tuning); t
 concatenated cross-encoder and the joint encoder tune their own encoders (cached by content)."""
 
 SET_MODELS: frozenset[str] = frozenset({"memsafe", "mean_pool", "memsafe_frozen", "memsafe_no_bridge",
-                                        "memsafe_no_lexical", "memsafe_no_localization"})
+                                        "memsafe_no_lexical", "memsafe_no_localization", "memsafe_no_provenance",
+                                        "mean_pool_no_provenance"})
 """Models that train a Stage B set model: seeded fits that evaluation runs side by side
 (:mod:`memsafe_lib.parallel`)."""
 FROZEN_MODELS: frozenset[str] = frozenset(n for n in NEURAL_MODELS if n.endswith("_frozen"))
@@ -119,6 +131,8 @@ ALL_BASELINES: tuple[str, ...] = (*BASELINES, *CONTROLS)
 """The non-neural rows of Table "main"."""
 MAIN_NEURAL: tuple[str, ...] = ("memsafe", "mean_pool", "relevance_agg", "concat_ce")
 """The neural rows of Table "main"."""
+NO_PROVENANCE: tuple[str, ...] = ("memsafe_no_provenance", "mean_pool_no_provenance")
+"""MemSafe and mean pooling read without provenance: shown beside the main rows (notebook 02)."""
 ABLATIONS: tuple[str, ...] = ("memsafe", "memsafe_frozen", "memsafe_no_bridge", "mean_pool", "memsafe_no_lexical",
                               "memsafe_no_localization", "relevance_agg_frozen")
 """Table "ablation", in the paper's row order: the full model, then one part removed per row;

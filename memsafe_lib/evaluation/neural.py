@@ -192,10 +192,12 @@ STAGE_A_BUDGET: tuple[str, ...] = ("encoder", "encoder_pooling", "max_length", "
 the encoder seed read and the fold encoders' weights, :func:`stage_a_fingerprint`)."""
 STAGE_B_BUDGET: tuple[str, ...] = ("stage_b_epochs", "stage_b_bf16", "stage_b_patience", "full_grid")
 """Budget fields of the set models (with the selected grid point, :meth:`NeuralContext.set_config`)."""
-CONCAT_BUDGET: tuple[str, ...] = ("encoder", "concat_max_train", "concat_max_length")
+CONCAT_BUDGET: tuple[str, ...] = ("encoder", "concat_max_train", "concat_max_length", "concat_start",
+                                   "concat_epochs")
 """What the concatenated cross-encoder reads of the budget; it tunes its own encoder from
-``encoder`` and never reads Stage A."""
-JOINT_BUDGET: tuple[str, ...] = ("joint_encoder", "concat_max_train", "joint_max_length")
+``encoder`` or from a Stage A fold encoder (named by its weight file, whose name holds the content
+key of its fine-tuning), never Stage A's encodings."""
+JOINT_BUDGET: tuple[str, ...] = ("joint_encoder", "concat_max_train", "joint_max_length", "concat_epochs")
 """What the 8k joint encoder reads of the budget (its own start and window)."""
 OWN_ENCODER_BUDGETS: dict[str, tuple[str, ...]] = {"concat_ce": CONCAT_BUDGET, "joint_8k": JOINT_BUDGET}
 OWN_ENCODER_MODELS: frozenset[str] = frozenset(OWN_ENCODER_BUDGETS)
@@ -249,6 +251,9 @@ def fit_inputs(context: NeuralContext, model: str, seed: int) -> dict[str, Any]:
     inputs: dict[str, Any] = {"precision": signature(context.device)}
     if model in OWN_ENCODER_MODELS:
         inputs["concat"] = {name: getattr(budget, name) for name in OWN_ENCODER_BUDGETS[model]}
+        if model == "concat_ce" and budget.concat_start != "pretrained":
+            start = context.concat_start_file(seed)
+            inputs["concat"]["start_file"] = start.name if start is not None else None
         return inputs
     frozen = model in FROZEN_MODELS
     encoder_seed = encoder_seed_for(seed, budget.encoder_seeds)

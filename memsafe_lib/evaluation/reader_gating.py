@@ -169,14 +169,16 @@ def coverage_at_risk(wrong: np.ndarray, score: np.ndarray | pd.Series, target: f
     return best
 
 
-def criteria(frame: pd.DataFrame, target: float = RISK_TARGET) -> pd.DataFrame:
-    """The three pre-registered reader criteria, computed exactly as stated (seed means):
+def criteria(frame: pd.DataFrame, target: float = RISK_TARGET,
+             coverages: Sequence[float] = COVERAGES) -> pd.DataFrame:
+    """The three pre-registered reader criteria, graded as the paper states them (seed means):
 
     (i) at the ``target`` reader risk, MemSafe's coverage exceeds reader confidence's;
-    (ii) MemSafe's error among answered is below answering everything, at the coverage the
-         memory-length control (``paragraph_count``, the paper's row of Table "reader")
-         reaches at the same target (not met when that control reaches no coverage at all:
-         there is no matched point to compare at);
+    (ii) MemSafe's error among answered is below answering everything at coverage matched to
+         the memory-length control's (``paragraph_count``, the paper's row of Table "reader"):
+         the paper names no risk target here, so every gate is read at the same coverages,
+         Table "reader"'s (ties in the one fixed order), and (ii) holds when MemSafe is below
+         answer-all at each of them;
     (iii) MemSafe's AURC over answer correctness is below reader confidence's.
     """
     wrong = frame["wrong"].to_numpy(float)
@@ -185,20 +187,26 @@ def criteria(frame: pd.DataFrame, target: float = RISK_TARGET) -> pd.DataFrame:
     cov_mem = float(np.mean([coverage_at_risk(wrong, frame[c], target) for c in mem])) if mem else float("nan")
     cov_conf = coverage_at_risk(wrong, frame["gate:confidence"], target)
     length = gates.get("paragraph_count", [])
-    cov_len = float(np.mean([coverage_at_risk(wrong, frame[c], target) for c in length])) if length else 0.0
-    if cov_len > 0 and mem:
-        err_mem = float(np.mean([gate_error(frame, c, cov_len) for c in mem]))
-        ii_met = err_mem < wrong.mean()
-        ii_value = f"MemSafe {err_mem:.4f} vs answer-all {wrong.mean():.4f} at {cov_len:.3f}"
+    answer_all = float(wrong.mean())
+    if mem:
+        points = []
+        for c in coverages:
+            err_mem = float(np.mean([gate_error(frame, col, c) for col in mem]))
+            err_len = float(np.mean([gate_error(frame, col, c) for col in length])) if length else float("nan")
+            points.append((c, err_mem, err_len))
+        ii_met = all(e < answer_all for _, e, _ in points)
+        ii_value = "; ".join(f"at {c:g}: MemSafe {e:.4f}" + (f", length {e_len:.4f}" if length else "")
+                             for c, e, e_len in points) + f"; answer-all {answer_all:.4f}"
     else:
-        ii_met, ii_value = False, f"{LENGTH_CONTROL} reaches no coverage at risk <= {target:g}"
+        ii_met, ii_value = False, "no MemSafe gate"
+    ii_statement = (f"MemSafe error < answer-all at coverage matched to the {LENGTH_CONTROL} "
+                    f"({', '.join(f'{c:g}' for c in coverages)})")
     table = reader_table(frame)
     aurc_of = table.set_index("gate")["aurc"]
     rows = [
         {"criterion": "(i)", "statement": f"coverage at reader risk <= {target:g}: MemSafe > reader confidence",
          "met": bool(cov_mem > cov_conf), "value": f"MemSafe {cov_mem:.3f} vs confidence {cov_conf:.3f}"},
-        {"criterion": "(ii)", "statement": f"MemSafe error < answer-all at coverage matched to the {LENGTH_CONTROL}",
-         "met": bool(ii_met), "value": ii_value},
+        {"criterion": "(ii)", "statement": ii_statement, "met": bool(ii_met), "value": ii_value},
         {"criterion": "(iii)", "statement": "AURC over answer correctness: MemSafe < reader confidence",
          "met": bool(aurc_of.get("memsafe", np.inf) < aurc_of["confidence"]),
          "value": f"MemSafe {aurc_of.get('memsafe', float('nan')):.4f} vs confidence {aurc_of['confidence']:.4f}"},

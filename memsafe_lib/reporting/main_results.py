@@ -13,7 +13,9 @@ from matplotlib.figure import Figure
 from memsafe_lib.config import paper_reference
 
 MODEL_LABELS: dict[str, str] = {
-    "memsafe": "MemSafe", "mean_pool": "Encoder + mean pool", "relevance_agg": "Relevance aggregation",
+    "memsafe": "MemSafe", "mean_pool": "Encoder + mean pool",
+    "memsafe_no_provenance": "MemSafe without provenance", "mean_pool_no_provenance": "Mean pool without provenance",
+    "relevance_agg": "Relevance aggregation",
     "concat_ce": "Concatenated cross-encoder", "joint_8k": "8k joint encoder (exploratory)",
     "llm_judge": "LLM judge (zero-shot)",
     "tfidf": "Flat TF-IDF logistic", "sc_tfidf": "Sufficient-context-style (TF-IDF)", "lexset": "LexSet",
@@ -49,6 +51,30 @@ def main_table(summary: pd.DataFrame, datasets: Sequence[str], construction: str
             row[f"{d}_paper_auroc"] = None if r is None else r.paper_unsafe_auroc
             row[f"{d}_paper_macro_f1"] = None if r is None else r.paper_macro_f1
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+PROVENANCE_PAIRS: tuple[tuple[str, str], ...] = (("memsafe", "memsafe_no_provenance"),
+                                                 ("mean_pool", "mean_pool_no_provenance"))
+
+
+def provenance_table(summary: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
+    """Per set model and dataset: test unsafe AUROC and macro F1 (seed means, size-matched) with
+    and without provenance, and without minus with. Rows only for pairs both of whose models ran."""
+    sub = summary[(summary.construction == "size-matched") & summary.dataset.isin(datasets)]
+    rows = []
+    for with_, without in PROVENANCE_PAIRS:
+        for d in datasets:
+            a = sub[(sub.dataset == d) & (sub.model == with_)]
+            b = sub[(sub.dataset == d) & (sub.model == without)]
+            if not len(a) or not len(b):
+                continue
+            row: dict[str, object] = {"model": with_, "dataset": d}
+            for metric in ("unsafe_auroc", "macro_f1"):
+                row[metric] = float(a.iloc[0][metric])
+                row[f"{metric}_without"] = float(b.iloc[0][metric])
+                row[f"{metric}_change"] = row[f"{metric}_without"] - row[metric]  # type: ignore[operator]
+            rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from memsafe_lib.config import paper_reference
-from memsafe_lib.data.mimic import CLINICAL_DATASETS
+from memsafe_lib.data.mimic import independence_group
 from memsafe_lib.measures.metrics import error_taxonomy
 from memsafe_lib.measures.risk_control import ltt_threshold
 from memsafe_lib.measures.risk_coverage import (
@@ -46,10 +46,8 @@ def operating_points(predictions: pd.DataFrame, dataset: str, models: Sequence[s
             y, s = test.unsafe.astype(bool).to_numpy(), test.unsafe_prob.to_numpy(float)
             plain = apply_threshold(y, s, threshold_for_risk(y_val, s_val, alpha))
             # one memory per question (per patient on clinical data: its questions share its events)
-            groups = val.base_id.astype(str)
-            if dataset in CLINICAL_DATASETS:
-                groups = groups.str.split("-").str[0]
-            control = ltt_threshold(y_val, s_val, alpha, delta, groups=groups.tolist())
+            groups = [independence_group(dataset, b) for b in val.base_id.astype(str)]
+            control = ltt_threshold(y_val, s_val, alpha, delta, groups=groups)
             guaranteed = apply_threshold(y, s, control.threshold)
             pi = float(y.mean())
             rows.append({"dataset": dataset, "model": model, "seed": int(seed), "aurc": aurc(y, s),
