@@ -72,8 +72,25 @@ HYPOTHESES_FILE = "hypotheses.csv"
 (:func:`memsafe_lib.evaluation.hypotheses.write_hypotheses_table`)."""
 
 
+DATA_DIR_ENV = "MEMSAFE_DATA_DIR"
+
+
 def data_dir() -> Path:
-    return Path(os.environ.get("MEMSAFE_DATA_DIR", REPO_ROOT / "data")).expanduser().resolve()
+    """The raw-data root: ``MEMSAFE_DATA_DIR``, or ``data/`` of the repository. A relative value
+    is read from the repository root, never from the working directory, so the command line,
+    papermill and a JupyterLab kernel (which runs in ``notebooks/``) all find the same folder."""
+    value = os.environ.get(DATA_DIR_ENV)
+    path = Path(value).expanduser() if value else Path("data")
+    return (path if path.is_absolute() else REPO_ROOT / path).resolve()
+
+
+def data_dir_origin() -> str:
+    """Where :func:`data_dir` came from, for an error that says which value it read."""
+    value = os.environ.get(DATA_DIR_ENV)
+    if not value:
+        return f"{DATA_DIR_ENV} is not set, so the repository's data/ was read"
+    relative = "" if Path(value).expanduser().is_absolute() else ", relative, so read from the repository root"
+    return f"{DATA_DIR_ENV}={value!r}{relative}"
 
 
 def artifacts_dir() -> Path:
@@ -451,29 +468,28 @@ SCALES: dict[str, ScaleConfig] = {
         max_base_queries=None,
         seeds=PAPER_SEEDS[:3],
         description="All real data under MEMSAFE_DATA_DIR, three seeds; hours on 2 cores (minutes: README).",
-        # One fine-tuned encoder pair (seed 17) shared by the three Stage B seeds, as the
-        # paper's ablations do. Stage A at the paper's 256 tokens (a bridge pair's context cut
-        # before its unit: encodings/window.py) on 4,000 balanced training pairs per dataset
-        # per fold at lr 1e-4 instead of a full epoch. Both were re-decided for the 256-token
-        # window on validation only (bench/stage_a_window.py grid: one pooled fold-0 encoder per
-        # point, evidence AUPRC of every validation unit of the three datasets; run on a GPU):
-        # lr 1e-4 ahead of 5e-5 and 2e-4 (mean bridge AUPRC 0.674 vs 0.643 / 0.599), and at
-        # 1e-4 level with the 128-token encoder it replaces (0.674 vs 0.659). 8,000 pairs
-        # reached 0.714 but doubles fine-tuning, which at 256 tokens is about twice 128's on
-        # 2 cores (bench/stage_a_budget.py): the first lever once the cold run has room.
-        # The 128-token window used before cut unit tokens from about half of the MuSiQue and
-        # HotpotQA pairs (REPORT section 2). The concatenated cross-encoder trains on every
-        # training memory at 512 tokens for one epoch, starting from Stage A's fold-0 encoder
-        # (all-MiniLM-L6-v2 ships without a relevance head; the paper's start has one): from the
-        # bi-encoder start on 120 memories it sat at chance. One epoch, not two, for the cold-run
-        # budget (the paper states none); bench/concat_curve.py's 25/50/100% learning curve
-        # says whether more would help. The judge reads the first 6 test questions of each dataset. Stage B in bf16: faster fits at the
-        # same MuSiQue validation AUROC (bench/stage_b_precision.py). Stage B stops after 10
-        # epochs without a better validation score: on the 18 QA and 3 clinical fits of
-        # bench/stage_b_patience.py (validation only) it kept the 30-epoch run's best epoch in
-        # 16 of 18 and 3 of 3 (patience 15: 17 and 3), lost at most 0.0006 validation AUROC on a
-        # MemSafe seed more than patience 15 does, and ran 16% fewer QA epochs; chosen for the
-        # four-hour budget once pooled Stage A made the cold run longer.
+        # One fine-tuned encoder pair (seed 17) shared by the three Stage B seeds, as the paper's
+        # ablations do. Stage A at the paper's 256 tokens (a bridge pair's context cut before its
+        # unit: encodings/window.py) on 4,000 balanced training pairs per dataset per fold at lr
+        # 1e-4 instead of a full epoch. Both were re-decided for the 256-token window on validation
+        # only (bench/stage_a_window.py grid: one pooled fold-0 encoder per point, evidence AUPRC of
+        # every validation unit of the three datasets; run on a GPU): lr 1e-4 ahead of 5e-5 and 2e-4
+        # (mean bridge AUPRC 0.674 vs 0.643 / 0.599), and at 1e-4 level with the 128-token encoder
+        # it replaces (0.674 vs 0.659). 8,000 pairs reached 0.714 but doubles fine-tuning, which at
+        # 256 tokens is about twice 128's on 2 cores (bench/stage_a_budget.py): the first lever once
+        # the cold run has room. The 128-token window used before cut unit tokens from about half of
+        # the MuSiQue and HotpotQA pairs (REPORT section 2). The concatenated cross-encoder trains
+        # on every training memory at 512 tokens for one epoch, starting from Stage A's fold-0
+        # encoder (all-MiniLM-L6-v2 ships without a relevance head; the paper's start has one): from
+        # the bi-encoder start on 120 memories it sat at chance. One epoch, not two, for the
+        # cold-run budget (the paper states none); bench/concat_curve.py's 25/50/100% learning curve says
+        # whether more would help. The judge reads the first 6 test questions of each dataset.
+        # Stage B in bf16: faster fits at the same MuSiQue validation AUROC (bench/stage_b_precision.py).
+        # Stage B stops after 10 epochs without a better validation score: on the 18 QA and 3
+        # clinical fits of bench/stage_b_patience.py (validation only) it kept the 30-epoch run's
+        # best epoch in 16 of 18 and 3 of 3 (patience 15: 17 and 3), lost at most 0.0006 validation
+        # AUROC on a MemSafe seed more than patience 15 does, and ran 16% fewer QA epochs; chosen
+        # for the four-hour budget once pooled Stage A made the cold run longer.
         # Stage A fold encoders are pooled over the three multi-hop QA datasets (each fold
         # encoder tunes on that hash fold's 4,000-pair cap of MuSiQue, HotpotQA and 2Wiki and
         # serves all three; SQuAD 2.0 and clinical data never pooled): in the Stage A study

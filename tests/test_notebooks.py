@@ -78,15 +78,20 @@ def _test_auroc_from_predictions(folder: Path, model: str) -> float:
 
 
 def _check_01(out: Path) -> None:
-    """Proposition 1 holds, deletion leaks paragraph count, blind matching leaves every
-    question-blind control exactly 1/2 (Proposition 1 over memories)."""
+    """Proposition 1 holds, deletion leaks paragraph count, blind matching (and blind-hard) leaves
+    every question-blind control exactly 1/2 (Proposition 1 over memories); the shallow
+    question-aware controls are reported apart from them."""
     summary = json.loads((out / "summary.json").read_text())
     for ds in QA:
         assert summary["within_prop1_bound"][ds]
         assert summary["paragraph_count_auroc"][f"{ds}/deletion"] > 0.9
-        assert summary["blind_matched_memory_bound"][ds] == 0
-        for model in BLIND:
-            assert summary["blind_controls_test_auroc"][f"{ds}/blind-matched/{model}"] == 0.5
+        for construction in ("blind-matched", "blind-hard"):
+            assert summary["blind_matched_memory_bound"][f"{ds}/{construction}"] == 0
+            for model in BLIND:
+                assert summary["blind_controls_test_auroc"][f"{ds}/{construction}/{model}"] == 0.5
+        for model in ("qu_tfidf", "title_named", "retrieval_sim"):  # read the question: not held to 1/2
+            assert f"{ds}/blind-hard/{model}" in summary["shallow_controls_test_auroc"]
+            assert f"{ds}/blind-hard/{model}" not in summary["blind_controls_test_auroc"]
 
 
 def _check_02(out: Path) -> None:
@@ -102,9 +107,16 @@ def _check_02(out: Path) -> None:
         assert main.loc["memsafe", f"{ds}_auroc"] == pytest.approx(_test_auroc_from_predictions(folder, "memsafe"),
                                                                    abs=1e-9)
         assert main.loc["memsafe", f"{ds}_paper_auroc"] > 0.9  # the paper's value beside ours
-    blind = pd.read_csv(out / "blind_matched_table.csv").set_index("model")
-    for ds in QA:
-        assert (blind.loc[list(BLIND), f"{ds}_auroc"] == 0.5).all()
+    for table in ("blind_matched_table.csv", "blind_hard_table.csv"):
+        blind = pd.read_csv(out / table).set_index("model")
+        for ds in QA:
+            assert (blind.loc[list(BLIND), f"{ds}_auroc"] == 0.5).all(), table
+    hard = pd.read_csv(out / "blind_hard_table.csv").set_index("model")
+    assert {"qu_tfidf", "title_named", "retrieval_sim", "memsafe", "lexset"} <= set(hard.index)
+    per_state = pd.read_csv(out / "per_state.csv")
+    memsafe = per_state[per_state.model == "memsafe"]
+    assert {(d, c) for d, c in zip(memsafe.dataset, memsafe.construction, strict=True)} == {
+        (d, c) for d in QA for c in ("size-matched", "blind-matched", "blind-hard")}
     judge = pd.read_csv(out / "llm_judge.csv")
     assert {"llm_judge", "memsafe"} <= set(judge.model) and set(judge.dataset) == set(QA)
     stage_a = pd.read_csv(out / "stage_a.csv")

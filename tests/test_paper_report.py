@@ -56,6 +56,24 @@ def test_render_values_in_prose(tmp_path: Path) -> None:
         raise AssertionError(f"{bad!r} should be refused")
 
 
+def test_a_value_whose_filter_holds_a_comparison_is_rendered(tmp_path: Path) -> None:
+    """A quoted cell such as "blind-hard >= 0.03" holds '>': the marker is still found and filled."""
+    (tmp_path / "cpu").mkdir()
+    pd.DataFrame({"construction": ["blind-hard >= 0", "blind-hard >= 0.03"], "gap": [0.1, -0.2]}).to_csv(
+        tmp_path / "cpu" / "t.csv", index=False)
+    text = 'gap <!-- memsafe:value cpu/t.csv "construction=blind-hard >= 0.03" gap +.2f --><!-- /memsafe:value -->.'
+    assert render(text, tmp_path) == text.replace("--><!--", "-->-0.20<!--")
+
+
+def test_every_value_marker_of_the_committed_documents_is_filled() -> None:
+    """No value marker is left out of the renderer's reach (it would keep whatever it held)."""
+    for document in GENERATED_DOCUMENTS:
+        text = document.read_text()
+        opened = text.count("<!-- memsafe:value ")
+        assert len(VALUE.findall(text)) == opened, f"{document.name}: a value marker the renderer does not match"
+        assert not any(m.group("body") == "" for m in VALUE.finditer(text)), f"{document.name}: an empty value"
+
+
 def test_a_value_may_come_from_a_run_summary_json(tmp_path: Path) -> None:
     import json
 

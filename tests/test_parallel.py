@@ -121,7 +121,9 @@ def test_cross_encoder_fits_side_by_side_equal_those_in_process(tmp_path: Path,
     variants = [replace(v, split=splits[int(v.base_id[1:]) % 4]) for v in variants]
     result = C.ConstructionResult("synthetic", "size-matched", variants, [])
     stage_a = StageAResult(enc, (), None, EncodeStats(), (0, 0))  # type: ignore[arg-type]
-    neural = replace(SCALES["smoke"].neural, encoder_seeds=(17,), concat_max_train=12, concat_max_length=48)
+    # starts from the shipped encoder: the test is about workers, not about Stage A's weight files
+    neural = replace(SCALES["smoke"].neural, encoder_seeds=(17,), concat_max_train=12, concat_max_length=48,
+                     concat_start="pretrained")
     frames = []
     for workers in ("2", "1"):
         monkeypatch.setenv(FIT_WORKERS_ENV, workers)

@@ -3,10 +3,10 @@
 The strongest baseline of Qiu et al. and the paper's test of whether a set model is needed
 at all. The encoder is fine-tuned on the unsafe label of the serialised memory, starting from
 Stage A's start (the paper's relevance-trained cross-encoder) or, for a start that ships
-without a relevance head, from a Stage A fold encoder's weights (``start_file``), truncated to ``max_length`` tokens (the paper: 512, which cuts almost
-every MuSiQue memory). The integrity state is read from the tuned encoder's pooled
-representation by a multinomial logistic head fitted afterwards on the same training
-memories (the paper trains it jointly; a documented simplification).
+without a relevance head, from a Stage A fold encoder's weights (``start_file``), truncated to
+``max_length`` tokens (the paper: 512, which cuts almost every MuSiQue memory). The integrity
+state is read from the tuned encoder's pooled representation by a multinomial logistic head
+fitted afterwards on the same training memories (the paper trains it jointly; a documented simplification).
 
 Fine-tuning reuses :func:`memsafe_lib.encodings.finetune.finetune` (checkpoints, exact resume); the
 tuned weights are saved under a content key and encodings are cached by weights and text,

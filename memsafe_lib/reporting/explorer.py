@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
+import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib import MatplotlibDeprecationWarning
@@ -113,7 +114,7 @@ class ExplorerData:
 
 
 def prepare_explorer(datasets: Sequence[str], scale: ScaleConfig,
-                     constructions: Sequence[str] = ("size-matched", "deletion", "blind-matched"), *,
+                     constructions: Sequence[str] = ("size-matched", "deletion", "blind-matched", "blind-hard"), *,
                      data_dir: Path | None = None, controls: Sequence[str] = audit.AUDIT_CONTROLS) -> ExplorerData:
     """Build every dataset × construction at ``scale`` and fit the controls on each (by default
     every surface and blind control)."""
@@ -165,6 +166,9 @@ class ControlView:
     """Long format, one row per test variant: variant_id, base_id, state, unsafe, score."""
     summary: pd.DataFrame
     """Per-state count / mean / std / min / median / max of the scores, indexed by state."""
+    per_state: dict[str, float | None] = field(default_factory=dict)
+    """Unsafe AUROC of complete against each unsafe state (``auroc_complete_vs_missing``,
+    ``..._relation_lost``; None where a state is absent): where a topic gap shows first."""
 
 
 def _state_key(state: str) -> tuple[int, str]:
@@ -188,8 +192,10 @@ def control_view(data: ExplorerData, dataset: str, construction: str, control: s
     """The numbers and score distribution of one fitted control on the test split."""
     result = data.control_result(dataset, construction, control)
     scores = _scores(result)
+    states = [v.state for v in result.variants]
     return ControlView(dataset, construction, control, _safe_auroc(result), _macro_f1(result),
-                       len(result.variants), scores, _summary(scores))
+                       len(result.variants), scores, _summary(scores),
+                       audit.per_state(states, np.asarray(result.predictions.unsafe_prob, float)))
 
 
 def format_metrics(view: ControlView) -> str:
@@ -197,7 +203,13 @@ def format_metrics(view: ControlView) -> str:
     auroc = "undefined (one class)" if view.auroc is None else f"{view.auroc:.3f}"
     return (f"<b>{html.escape(view.dataset)} / {html.escape(view.construction)} / {html.escape(view.control)}</b>"
             f" &nbsp; test unsafe AUROC = <b>{auroc}</b> &nbsp; macro F1 = {view.macro_f1:.3f}"
-            f" &nbsp; n_test = {view.n_test}")
+            f" &nbsp; n_test = {view.n_test}{_per_state_text(view.per_state)}")
+
+
+def _per_state_text(per_state: dict[str, float | None]) -> str:
+    names = {"auroc_complete_vs_missing": "vs missing", "auroc_complete_vs_relation_lost": "vs relation-lost"}
+    parts = [f"{label} {per_state[key]:.3f}" for key, label in names.items() if per_state.get(key) is not None]
+    return f" &nbsp; complete {', '.join(parts)}" if parts else ""
 
 
 # --------------------------------------------------------------------------- figure
@@ -295,8 +307,17 @@ def variant_score(data: ExplorerData, variant: Variant, control: str) -> float |
 # --------------------------------------------------------------------------- widget
 
 
+EXPLORER_POINTER = ("Explorer: a live widget. Open notebooks/01_construction_audit.py in JupyterLab (`make lab`), "
+                    "Run All (a minute or two at the default smoke scale), then use the dropdowns; a .py notebook's "
+                    "outputs are gone on reload.")
+"""What the executed copy shows where a viewer renders no widgets (its text/plain output)."""
+
+
 class Explorer(widgets.VBox):
     """The explorer widget; its parts are attributes so tests and notebooks can drive it."""
+
+    def __repr__(self) -> str:
+        return EXPLORER_POINTER  # not ipywidgets' Explorer(children=(HBox(... tree
 
     def __init__(self, data: ExplorerData) -> None:
         if not data.fitted:

@@ -11,6 +11,8 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from memsafe_lib.config import paper_reference
+from memsafe_lib.measures.metrics import state_auroc, unsafe_auroc
+from memsafe_lib.variants.construction import MISSING, RELATION_LOST
 
 MODEL_LABELS: dict[str, str] = {
     "memsafe": "MemSafe", "mean_pool": "Encoder + mean pool",
@@ -24,6 +26,8 @@ MODEL_LABELS: dict[str, str] = {
     "paragraph_count": "Paragraph-count control", "provenance_only": "Provenance-only control", "majority": "Majority",
     "blind_bow": "Blind control: memory bag of words", "blind_unit": "Blind control: unit evidence from text",
     "blind_set": "Blind control: set model without the question", "question_only": "Question-only control",
+    "qu_tfidf": "Shallow control: question-unit TF-IDF cosines",
+    "title_named": "Shallow control: titles the question names",
 }
 TABLE_ORDER: tuple[str, ...] = tuple(MODEL_LABELS)
 
@@ -75,6 +79,34 @@ def provenance_table(summary: pd.DataFrame, datasets: Sequence[str]) -> pd.DataF
                 row[f"{metric}_without"] = float(b.iloc[0][metric])
                 row[f"{metric}_change"] = row[f"{metric}_without"] - row[metric]  # type: ignore[operator]
             rows.append(row)
+    return pd.DataFrame(rows)
+
+
+PER_STATE_MODELS: tuple[str, ...] = ("memsafe", "mean_pool", "relevance_agg", "lexset", "qu_tfidf", "title_named",
+                                     "retrieval_sim")
+"""The models whose test AUROC is split by unsafe state: the set models, LexSet and the shallow
+question-aware controls (a topic gap shows first on complete vs missing)."""
+
+
+def per_state_table(predictions: dict[tuple[str, str], pd.DataFrame],
+                    models: Sequence[str] = PER_STATE_MODELS) -> pd.DataFrame:
+    """Per (dataset, construction) run and model: test unsafe AUROC overall, complete vs missing
+    and complete vs relation-lost, each the mean over seeds of that seed's AUROC on those
+    memories only (as Table "main" averages seeds). ``predictions`` maps a run to its
+    ``predictions.csv.gz`` frame; models a run lacks are left out."""
+    rows = []
+    for (dataset, construction), frame in predictions.items():
+        test = frame[frame.split == "test"]
+        for model in table_order([m for m in models if m in set(test.model)]):
+            per_seed = []
+            for _, g in test[test.model == model].groupby("seed"):
+                states, score = g.state.tolist(), g.unsafe_prob.to_numpy(float)
+                per_seed.append({"unsafe_auroc": unsafe_auroc(g.unsafe.to_numpy(bool), score),
+                                 "auroc_complete_vs_missing": state_auroc(states, score, MISSING),
+                                 "auroc_complete_vs_relation_lost": state_auroc(states, score, RELATION_LOST)})
+            means = pd.DataFrame(per_seed).astype(float).mean()
+            rows.append({"dataset": dataset, "construction": construction, "model": model,
+                         "label": MODEL_LABELS.get(model, model), **means.to_dict(), "n_seeds": len(per_seed)})
     return pd.DataFrame(rows)
 
 

@@ -38,7 +38,8 @@ from memsafe_lib import config
 from memsafe_lib.io import write_text
 from memsafe_lib.reporting import paper_index
 
-BLOCK = re.compile(r"(<!-- memsafe:table (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- /memsafe:table -->)", re.S)
+SPEC = r"(?P<spec>(?:(?!-->)[^\n])*?)"  # up to the marker's own "-->": a quoted cell may hold '>' ("x >= 0.03")
+BLOCK = re.compile(r"(<!-- memsafe:table " + SPEC + r" -->\n)(?P<body>.*?)(<!-- /memsafe:table -->)", re.S)
 
 
 ONE_DECIMAL = re.compile(r"(^|_)(seconds|minutes|hours|mb|gb|rss|wall|per_s|per_second|speedup)(_|$)")
@@ -109,7 +110,7 @@ def render_block(spec: str, artifacts: Path) -> str:
     return markdown_table(frame)
 
 
-VALUE = re.compile(r"(<!-- memsafe:value (?P<spec>[^>]*?) -->)(?P<body>[^<]*)(<!-- /memsafe:value -->)")
+VALUE = re.compile(r"(<!-- memsafe:value " + SPEC + r" -->)(?P<body>[^<]*)(<!-- /memsafe:value -->)")
 AGGREGATES = {"min": "min", "max": "max", "mean": "mean", "sum": "sum", "count": "count"}
 _CSV_CACHE: dict[Path, pd.DataFrame] = {}
 
