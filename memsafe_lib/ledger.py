@@ -113,7 +113,7 @@ def record_run(
     raw_files = list(raw_files)
     settings = dict(settings or {})
     settings.setdefault("scale", scale.name)
-    input_hashes = _hashes(inputs)
+    input_hashes = artifact_hashes(inputs)
     entry = {
         "kind": kind,
         "time_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -121,7 +121,7 @@ def record_run(
         "settings": settings,
         "raw_files": [{"path": f.path, "sha256": f.sha256, "records": f.records} for f in raw_files],
         **({"inputs": input_hashes} if input_hashes else {}),
-        "outputs": _hashes(outputs),
+        "outputs": artifact_hashes(outputs),
         "metrics": dict(metrics or {}),
         "environment": environment(),
     }
@@ -173,7 +173,7 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def _hashes(files: Iterable[str | Path]) -> dict[str, str]:
+def artifact_hashes(files: Iterable[str | Path]) -> dict[str, str]:
     """sha256 per file, keyed by its path relative to the artifacts directory when inside it."""
     base = config.artifacts_dir()
     hashes = {}

@@ -15,6 +15,7 @@ from memsafe_lib import config, precision
 from memsafe_lib.config import ScaleConfig
 from memsafe_lib.io import canonical_json, file_lock, replace_row, sha256_bytes, sha256_file, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, cpu_model, record_run
+from memsafe_lib.notebook_outputs import clean_executed, log_path
 from memsafe_lib.progress import step
 
 
@@ -99,6 +100,8 @@ def run_notebook(name: str, scale: ScaleConfig, *, kernel: str | None = None, ou
             seconds = time.monotonic() - start
             _relative_papermill_paths(Path(partial), source, output)
             _flatten_progress_widgets(Path(partial))
+            log_path(output).unlink(missing_ok=True)  # this run's log only
+            clean_executed(Path(partial), log_path(output))
             os.chmod(partial, 0o644)  # mkstemp creates 0600; artifacts are for everyone to read
             os.replace(partial, output)
         finally:
@@ -127,7 +130,8 @@ def _record_run_time(name: str, scale: ScaleConfig, seconds: float, executed: Pa
         write_csv(table, replace_row(table, row, key="notebook").sort_values("notebook"))
     record_run(f"notebook-run:{name}", scale, settings={"notebook": name, "threads": [row["fit_threads"],
                                                                                       row["torch_threads"]]},
-               outputs=[executed, table], metrics={"seconds": round(seconds, 1)})
+               outputs=[executed, table, *[p for p in [log_path(executed)] if p.is_file()]],
+               metrics={"seconds": round(seconds, 1)})
 
 
 def _relative_papermill_paths(notebook: Path, source: Path, output: Path) -> None:

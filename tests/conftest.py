@@ -47,10 +47,9 @@ QA_FIXTURES = FIXTURES / "qa"
 
 
 def real_data_dir() -> Path | None:
-    value = os.environ.get("MEMSAFE_DATA_DIR")
-    if not value:
+    if not os.environ.get("MEMSAFE_DATA_DIR"):
         return None
-    path = Path(value).resolve()
+    path = config_module.data_dir()  # a relative value is read from the repository root, as the library reads it
     return path if (path / "musique").is_dir() else None
 
 

@@ -114,3 +114,29 @@ def test_real_squad_matches_official_answerability_counts(real_data: Path) -> No
 def test_real_musique_unanswerables_are_kept_for_family_b(real_data: Path) -> None:
     loaded = load_dataset("musique", real_data)
     assert Counter(q.answerable for q in loaded.queries) == {True: 609, False: 50}
+
+
+def test_a_relative_data_dir_is_read_from_the_repository_root_wherever_the_process_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JupyterLab kernel runs in notebooks/: a relative MEMSAFE_DATA_DIR (as CI sets it) must
+    name the same folder there as for the command line run from the root; and the error when a
+    dataset is missing names the folder it looked in and the value it read."""
+    import os
+
+    from memsafe_lib import config
+    from memsafe_lib.data.loader import require_files
+
+    root = tmp_path / "shared" / "data"
+    root.mkdir(parents=True)
+    relative = os.path.relpath(root, config.REPO_ROOT)
+    monkeypatch.setenv("MEMSAFE_DATA_DIR", relative)
+    for cwd in (config.REPO_ROOT, config.REPO_ROOT / "notebooks", tmp_path):
+        monkeypatch.chdir(cwd)
+        assert config.data_dir() == root.resolve()
+    with pytest.raises(FileNotFoundError) as error:
+        require_files("musique", config.data_dir())
+    message = str(error.value)
+    assert str(root.resolve() / "musique") in message and repr(relative) in message
+    assert "repository root" in message
+    monkeypatch.delenv("MEMSAFE_DATA_DIR")
+    assert config.data_dir() == config.REPO_ROOT / "data"

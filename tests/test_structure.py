@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("evaluation",),
     ("reporting",),
     ("gate",),
-    ("notebooks", "lab"),
+    ("notebooks", "notebook_outputs", "lab"),
     ("verify", "retire"),
     ("cli",),
 )

@@ -93,9 +93,10 @@ def require_files(name: str, data_dir: Path) -> list[Path]:
     """The data files of ``name``, or an error that says where they were expected and how to get them."""
     files, _ = discover_files(name, data_dir)
     if not files:
+        origin = f" ({config.data_dir_origin()})" if data_dir == config.data_dir() else ""
         raise FileNotFoundError(
-            f"no {name} files under {data_dir / name} (expected {dataset_spec(name).official}); "
-            f"set MEMSAFE_DATA_DIR or run `memsafe data download --dataset {name}`"
+            f"no {name} files under {data_dir / name}{origin}; expected {dataset_spec(name).official}. "
+            f"Set MEMSAFE_DATA_DIR to the folder that holds {name}/, or run `memsafe data download --dataset {name}`"
         )
     return files
 

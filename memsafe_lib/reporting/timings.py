@@ -58,9 +58,12 @@ def classify(what: str) -> str | None:
 
 
 def progress_lines(notebook: Path) -> list[str]:
-    """The progress lines of an executed notebook, in order (from its stderr stream outputs)."""
+    """The progress lines of an executed notebook, in order: from its log beside it
+    (``<name>.log``, where the runner moves stderr) and from any stream outputs it still holds
+    (notebooks executed before the log existed)."""
     cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
-    lines: list[str] = []
+    log = notebook.with_suffix(".log")
+    lines: list[str] = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
     for cell in cells:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "stream":
