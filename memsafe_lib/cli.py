@@ -199,8 +199,21 @@ def _gate_datasets(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def stage_a_notice(datasets: Sequence[str], scale: ScaleConfig) -> str | None:
+    """The first line of ``memsafe train`` when Stage A reads more than the gate's datasets."""
+    pool = tuple(scale.neural.stage_a_pool)
+    if not pool or set(pool) <= set(datasets) or not set(datasets) <= set(pool):
+        return None
+    return (f"memsafe train: at scale {scale.name} Stage A's fold encoders tune on the training questions of "
+            f"{', '.join(pool)} together (shared by every gate and notebook 02, cached once tuned), not on "
+            f"{', '.join(datasets)} alone; a first gate pays for that Stage A")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     scale = _scale(args)
+    notice = stage_a_notice(args.dataset, scale)
+    if notice:
+        print(notice, flush=True)
     path = train_gate(args.dataset, scale, args.seed, Path(args.out) if args.out else None,
                       device=args.device or default_device())
     print(f"saved gate: {path}")
@@ -223,6 +236,13 @@ def cmd_score(args: argparse.Namespace) -> int:
     before the model loads and before anything is written), the ``--risk`` threshold is fixed
     before the first memory is scored, then chunks of :data:`SCORE_CHUNK` go in and their
     lines come out as they are scored (``--out`` is renamed into place only when complete)."""
+    for option, value in (("--risk", args.risk), ("--delta", args.delta)):
+        if value is not None and not 0 < value < 1:
+            raise ValueError(f"{option} must lie strictly between 0 and 1; got {value:g}")
+    if not Path(args.input).is_file():
+        raise FileNotFoundError(f"--input {args.input}: no such file")
+    if not Path(args.gate).is_dir():
+        raise FileNotFoundError(f"--gate {args.gate}: no such directory (write one with `memsafe train`)")
     scan = scan_memories(args.input)
     gate = Gate.load(args.gate, device=args.device or "cpu", encoder_model=args.encoder)
     controls = {}
@@ -330,7 +350,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     for out in update_documents():
         print(f"updated {out}")
     if not config.recording():
-        print("(paper/REPORT.md, README.md and docs/running.md themselves change only with --record)")
+        print("(paper/REPORT.md, README.md and docs/ themselves change only with --record)")
     return 0
 
 
@@ -348,15 +368,15 @@ def build_parser() -> argparse.ArgumentParser:
     data_parser = sub.add_parser("data", help="inspect or fetch the raw datasets")
     data = data_parser.add_subparsers(dest="data_cmd", required=True)
     p = data.add_parser("check", help="files found and raw/used/excluded counts per dataset")
-    p.add_argument("--dataset", choices=sorted(DATASETS))
+    p.add_argument("--dataset", choices=sorted(DATASETS), help="one dataset (default: every one)")
     _add_scale(p)
     p.set_defaults(func=cmd_data_check)
     p = data.add_parser("download", help="fetch the official files into MEMSAFE_DATA_DIR (needs internet)")
-    p.add_argument("--dataset", choices=sorted(DATASETS))
+    p.add_argument("--dataset", choices=sorted(DATASETS), help="one dataset (default: every one)")
     p.set_defaults(func=cmd_data_download)
 
     p = sub.add_parser("construct", help="write the memory variants of a dataset as JSON Lines")
-    p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
+    p.add_argument("--dataset", required=True, choices=sorted(DATASETS), help="the dataset under MEMSAFE_DATA_DIR")
     p.add_argument("--construction", choices=CONSTRUCTIONS, default=None,
                    help="default: size-matched (native for squad2)")
     p.add_argument("--out", required=True, help="output .jsonl; exclusions and a summary are written beside it")
@@ -365,10 +385,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("audit", help="test AUROC of the surface and blind controls on one of our constructions "
                                      "(JSON), or of the blind audit on your own variant file (--blind)")
-    p.add_argument("--dataset", choices=sorted(DATASETS))
-    p.add_argument("--construction", choices=CONSTRUCTIONS, default=None)
+    p.add_argument("--dataset", choices=sorted(DATASETS), help="the dataset to audit (or give --blind)")
+    p.add_argument("--construction", choices=CONSTRUCTIONS, default=None,
+                   help="default: size-matched (native for squad2)")
     p.add_argument("--controls", default=None, metavar="NAMES",
-                   help="comma-separated controls or the groups 'surface' and 'blind' (default: every one)")
+                   help="comma-separated controls or the groups 'surface', 'blind' and 'shallow' (default: every one)")
     p.add_argument("--blind", metavar="FILE.jsonl", default=None,
                    help="fit the surface and blind controls on your own variants (train/validation/test from each "
                         "line's 'split') and print their AUROC with a verdict; exit 0 clean, 1 leaky, 2 bad input")
@@ -376,11 +397,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("evaluate", help="fit and score models; one metrics row per (model, seed, split)")
-    p.add_argument("--dataset", required=True, choices=sorted(DATASETS))
+    p.add_argument("--dataset", required=True, choices=sorted(DATASETS), help="the dataset under MEMSAFE_DATA_DIR")
     p.add_argument("--models", default="all",
-                   help="comma-separated names or groups: 'baselines' (lexical + controls), 'neural', 'all'")
+                   help="comma-separated names or groups: 'baselines' (lexical + controls), 'neural', 'all' "
+                        "(default %(default)s)")
     p.add_argument("--seeds", default=None, help="comma-separated; default: the scale's seeds")
-    p.add_argument("--construction", choices=CONSTRUCTIONS, default="size-matched")
+    p.add_argument("--construction", choices=CONSTRUCTIONS, default="size-matched", help="default %(default)s")
     _add_device(p)
     _add_scale(p)
     p.set_defaults(func=cmd_evaluate)
@@ -405,18 +427,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--risk", type=float, default=None, metavar="ALPHA",
                    help="add answer/abstain per memory at evidence risk <= ALPHA with probability >= 1 - DELTA "
                         "(Learn-then-Test on the gate's validation memories)")
-    p.add_argument("--delta", type=float, default=0.1, help="failure probability of the --risk guarantee")
+    p.add_argument("--delta", type=float, default=0.1,
+                   help="failure probability of the --risk guarantee (default %(default)s)")
     _add_device(p)
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("summarize", help="seed means, bootstrap intervals, Wilcoxon, gates and H1-H5 of evaluate runs")
-    p.add_argument("--resamples", type=int, default=1000)
+    p.add_argument("--resamples", type=int, default=1000,
+                   help="bootstrap resamples per interval (default %(default)s)")
     _add_scale(p)
     p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("notebook", help="execute a numbered notebook with papermill")
     p.add_argument("name", help="e.g. 01_construction_audit, or 'all'")
-    p.add_argument("--kernel", default="memsafe")
+    p.add_argument("--kernel", default="memsafe",
+                   help="Jupyter kernel (default %(default)s: this environment, installed by `make install`; "
+                        "the launcher's 'Python 3' kernel may lack the library)")
     p.add_argument("--force", action="store_true",
                    help="with 'all': run notebooks this checkout already executed with the same code, data "
                         "and parameters (skipped by default, so a killed reproduction resumes)")
@@ -425,7 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="check that artifacts/<scale>/ match the ledger, cover the scale's runs, and "
                                       "that the report's generated blocks are current")
-    p.add_argument("--scale", choices=sorted(config.SCALES), default=config.DEFAULT_SCALE)
+    p.add_argument("--scale", choices=sorted(config.SCALES), default=config.DEFAULT_SCALE,
+                   help="the run to check, artifacts/<scale>/ (default %(default)s)")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("retire", help="remove results no current notebook writes, with a ledger entry naming "
@@ -446,8 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("report", help="refresh the generated tables in paper/REPORT.md, README.md and "
-                                      "docs/running.md from artifacts/")
-    _add_record(p)
+                                      "docs/ from artifacts/")
+    p.add_argument("--record", action="store_true",
+                   help="write the refreshed documents in place (without it they go to artifacts/scratch/)")
     p.set_defaults(func=cmd_report)
     return parser
 

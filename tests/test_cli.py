@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -134,3 +135,60 @@ def test_cli_verbs_leave_a_clone_clean(real_data: Path, tmp_path: Path, monkeypa
                  ["report"]):
         assert main(argv) == 0, argv
     assert _git_status() == before
+
+
+def _options(parser: argparse.ArgumentParser, verb: tuple[str, ...] = ()) -> list[tuple[str, argparse.Action]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _options(sub, (*verb, name))
+        elif action.option_strings and action.dest != "help":
+            found.append((" ".join(verb), action))
+    return found
+
+
+def test_every_option_says_what_it_does_and_its_default() -> None:
+    """`memsafe VERB --help` explains each option; one with a default value names it."""
+    from memsafe_lib.cli import build_parser
+
+    options = _options(build_parser())
+    assert len(options) > 30
+    silent = [f"{verb} {a.option_strings[0]}" for verb, a in options if not a.help]
+    assert silent == []
+    undated = [f"{verb} {a.option_strings[0]}" for verb, a in options
+               if a.default not in (None, False) and "default" not in a.help]
+    assert undated == []
+    report = dict((verb, a) for verb, a in options if verb == "report")
+    assert "<scale>" not in report["report"].help  # report reads every scale's artifacts: it takes none
+
+
+def test_score_names_the_option_behind_a_bad_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing file or an impossible level names the option, not an errno or a variable of the code."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    memories = tmp_path / "m.jsonl"
+    memories.write_text('{"query": "q", "units": ["u"]}\n')
+    cases = ((["--input", str(tmp_path / "none.jsonl")], "--input"),
+             (["--input", str(memories), "--risk", "2"], "--risk must lie strictly between 0 and 1"),
+             (["--input", str(memories), "--risk", "0.05", "--delta", "0"], "--delta must lie"))
+    for extra, expected in cases:
+        assert main(["score", "--gate", str(gate), *extra]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and "Errno" not in err and "alpha" not in err
+    assert main(["score", "--gate", str(tmp_path / "nogate"), "--input", str(memories)]) == 2
+    assert "--gate" in capsys.readouterr().err
+
+
+def test_train_says_first_when_stage_a_reads_more_than_the_gates_datasets() -> None:
+    """At cpu (and smoke) Stage A is pooled over the three QA datasets: a one-dataset gate says so
+    in its first line; the joint gate, and a scale without pooling, say nothing."""
+    from dataclasses import replace
+
+    from memsafe_lib.cli import stage_a_notice
+
+    cpu = SCALES["cpu"]
+    notice = stage_a_notice(("musique",), cpu)
+    assert notice is not None and all(d in notice for d in ("musique", "hotpotqa", "2wikimultihopqa"))
+    assert stage_a_notice(("musique", "hotpotqa", "2wikimultihopqa"), cpu) is None
+    assert stage_a_notice(("musique",), replace(cpu, neural=replace(cpu.neural, stage_a_pool=()))) is None
