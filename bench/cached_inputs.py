@@ -12,7 +12,7 @@ from memsafe_lib import config
 from memsafe_lib.config import ScaleConfig
 from memsafe_lib.data.records import RawFile
 from memsafe_lib.encodings.encoders import VariantEncoding
-from memsafe_lib.evaluation.neural import grid_file, stage_a_for
+from memsafe_lib.estimators.neural_context import grid_file, stage_a_for
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import Variant, by_split, present_states
 from memsafe_lib.variants.store import build

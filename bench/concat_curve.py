@@ -25,8 +25,8 @@ from report import save_report  # bench/report.py (scripts run from bench/)
 from memsafe_lib.config import FAMILY_A_DATASETS, scale_config
 from memsafe_lib.data.records import RawFile
 from memsafe_lib.estimators.concat import ConcatCrossEncoder, capped
+from memsafe_lib.estimators.neural_context import build_context
 from memsafe_lib.estimators.registry import make_model
-from memsafe_lib.evaluation.neural import build_context
 from memsafe_lib.ledger import cpu_model
 from memsafe_lib.measures.metrics import macro_f1, unsafe_auroc
 from memsafe_lib.threads import configure_threads

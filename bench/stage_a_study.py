@@ -12,7 +12,7 @@ encoder passes it made (pairs for a cross-encoder, texts for a bi-encoder), with
 
 Stage B uses the point notebook 02 selected on MuSiQue validation under today's Stage A
 (width 256, dropout 0.1, lr 3e-4; the grid is not re-run per point) and the scale's epochs,
-precision and patience. Stage A is the library's own (:func:`memsafe_lib.evaluation.neural.stage_a_for`)
+precision and patience. Stage A is the library's own (:func:`memsafe_lib.estimators.neural_context.stage_a_for`)
 with the point's budget, so its encoders and encodings land in the caches a notebook run
 with that budget reuses. Each finished (point, dataset) row and each fit is cached under
 ``.cache/stage_a_study/``, keyed by the code it ran (:data:`STUDY_CODE`); a killed run resumes.
@@ -38,10 +38,10 @@ from memsafe_lib.config import FAMILY_A_DATASETS, ScaleConfig, scale_config
 from memsafe_lib.encodings.encoders import unit_string
 from memsafe_lib.encodings.stagea import StageAResult
 from memsafe_lib.estimators.memsafe import MemSafe
+from memsafe_lib.estimators.neural_context import stage_a_for
 from memsafe_lib.estimators.registry import MODELS
 from memsafe_lib.estimators.selection import validation_scores
 from memsafe_lib.estimators.setmodel import SetModelConfig
-from memsafe_lib.evaluation.neural import stage_a_for
 from memsafe_lib.io import canonical_json, sha256_bytes, write_json
 from memsafe_lib.ledger import environment, module_fingerprint
 from memsafe_lib.measures.metrics import average_precision, unsafe_auroc
@@ -71,7 +71,7 @@ STAGE_B_POINT = {"width": 256, "dropout": 0.1, "lr": 3e-4}
 (``artifacts/cpu/02_training/stage_b_grid.json``) selects dropout 0.2. Kept fixed so the
 study's rows stay comparable."""
 ENCODER_SEED = 17
-STUDY_CODE = ("memsafe_lib.evaluation.neural", "memsafe_lib.estimators.registry")
+STUDY_CODE = ("memsafe_lib.estimators.neural_context", "memsafe_lib.estimators.registry")
 """What a row computes with (Stage A, the variants, MemSafe, LexSet, and what they import): its
 cache survives edits elsewhere (the CLI, reports, notebooks), not edits to these."""
 

@@ -380,7 +380,7 @@ class ScaleConfig:
         """The same scale with another Stage A start (``--encoder``, a notebook's ``encoder``
         parameter); None keeps the scale's own. It keeps the scale's cache folders: every cache
         there is keyed by the encoder a result read (Stage A by the start's weights, fitted
-        models by :func:`memsafe_lib.evaluation.neural.fit_inputs`), so encoders never share
+        models by :func:`memsafe_lib.estimators.neural_context.fit_inputs`), so encoders never share
         a result and switching back reuses the first one's."""
         if not encoder:
             return self

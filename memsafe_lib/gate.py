@@ -45,9 +45,9 @@ from memsafe_lib.errors import DataFormatError
 from memsafe_lib.estimators.controls import without_provenance
 from memsafe_lib.estimators.lexset import UnitFeaturizer
 from memsafe_lib.estimators.memsafe import MemSafe, Standardizer, TokenBuilder
+from memsafe_lib.estimators.neural_context import build_context
 from memsafe_lib.estimators.setmodel import SetModel, SetModelConfig, predict_sets
-from memsafe_lib.evaluation.neural import build_context
-from memsafe_lib.evaluation.runs import EVAL_SPLITS, split_metrics
+from memsafe_lib.estimators.split_metrics import EVAL_SPLITS, split_metrics
 from memsafe_lib.io import atomic_open
 from memsafe_lib.ledger import data_fingerprint, fingerprint, record_run
 from memsafe_lib.measures.risk_control import RiskControl, ltt_threshold

@@ -3,7 +3,7 @@
 Why: model fits are the largest cost of a cpu reproduction, and their matrices are too small
 for two threads to share well. Three callers use it: the set-model and concatenated
 cross-encoder fits of different seeds (:mod:`memsafe_lib.evaluation.runs`), the Stage B grid points
-(:mod:`memsafe_lib.evaluation.neural`) and the two Stage A fold encoders
+(:mod:`memsafe_lib.estimators.neural_context`) and the two Stage A fold encoders
 (:mod:`memsafe_lib.encodings.stagea`). Each process runs one torch thread, so the weights are
 the same whatever the number of processes; for Stage B on 2 cores this gives 1.46x the fits
 per hour of one two-thread fit after another (``bench/stage_b_parallel.py``).

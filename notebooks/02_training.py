@@ -71,10 +71,10 @@ import pandas as pd
 from IPython.display import display
 
 from memsafe_lib import config
+from memsafe_lib.estimators.neural_context import grid_file
 from memsafe_lib.estimators.registry import LEXSET_VARIANTS
 from memsafe_lib.evaluation import hypotheses as H
 from memsafe_lib.evaluation.llm_judge import evaluate_judge
-from memsafe_lib.evaluation.neural import grid_file
 from memsafe_lib.evaluation.runs import EvaluationRequest, run_evaluations
 from memsafe_lib.evaluation.summary import summarize
 from memsafe_lib.io import write_csv, write_json

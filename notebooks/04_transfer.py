@@ -55,11 +55,11 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from memsafe_lib import config
+from memsafe_lib.estimators.neural_context import build_context
 from memsafe_lib.estimators.registry import stage_a_kinds
 from memsafe_lib.evaluation import transfer as T
 from memsafe_lib.evaluation.audit import audit
 from memsafe_lib.evaluation.hypotheses import write_hypotheses_table
-from memsafe_lib.evaluation.neural import build_context
 from memsafe_lib.io import read_csv, write_csv, write_json
 from memsafe_lib.ledger import record_run
 from memsafe_lib.reporting import transfer as report

@@ -14,7 +14,7 @@ from memsafe_lib.encodings import biencoder as B
 from memsafe_lib.encodings import encoders as E
 from memsafe_lib.encodings import finetune as F
 from memsafe_lib.encodings import stagea as S
-from memsafe_lib.evaluation.neural import pool_training
+from memsafe_lib.estimators.neural_context import pool_training
 from memsafe_lib.variants import construction as C
 from memsafe_lib.variants.store import build
 from memsafe_lib.variants.supervision import in_training_subset, training_subset, with_silver_training

@@ -16,9 +16,9 @@ from memsafe_lib.encodings.encoders import EncodeStats, VariantEncoding
 from memsafe_lib.encodings.stagea import StageAResult
 from memsafe_lib.estimators import registry
 from memsafe_lib.estimators.context import NeuralContext
+from memsafe_lib.estimators.neural_context import build_context
 from memsafe_lib.evaluation import runs as E
 from memsafe_lib.evaluation import transfer as T
-from memsafe_lib.evaluation.neural import build_context
 from memsafe_lib.variants import construction as C
 from tests.synthetic import make_query
 from tests.test_setmodel import _variants_and_encodings

@@ -14,8 +14,8 @@ import pytest
 
 from memsafe_lib import config
 from memsafe_lib.config import SCALES, encoder_seed_for, experiment_scale
+from memsafe_lib.estimators.neural_context import stage_b_inputs_key
 from memsafe_lib.evaluation import reader_gating as G
-from memsafe_lib.evaluation.neural import stage_b_inputs_key
 from memsafe_lib.reporting import ablations
 
 PAPER = SCALES["paper"]

@@ -318,7 +318,7 @@ def test_one_gate_trains_on_several_datasets_with_shared_fold_encoders(joint_gat
     """``memsafe train --dataset musique,hotpotqa``: the fold encoders train on both datasets'
     pairs (each under the cap), the set model on both training splits, and the gate reports
     each dataset's metrics with and without provenance beside the pooled ones."""
-    from memsafe_lib.evaluation.neural import stage_a_dir
+    from memsafe_lib.estimators.neural_context import stage_a_dir
     from memsafe_lib.measures.metrics import unsafe_auroc
     from memsafe_lib.variants.store import build
 

@@ -99,7 +99,7 @@ def test_module_fingerprint_follows_imports_and_nothing_else(tmp_path: Path, mon
 
 def test_stage_b_code_excludes_notebooks_reports_and_readers() -> None:
     from memsafe_lib import config
-    from memsafe_lib.evaluation.neural import STAGE_B_CODE
+    from memsafe_lib.estimators.neural_context import STAGE_B_CODE
     from memsafe_lib.ledger import module_files
 
     files = {p.relative_to(config.REPO_ROOT).as_posix() for p in module_files(STAGE_B_CODE)}

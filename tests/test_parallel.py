@@ -92,8 +92,8 @@ def test_evaluate_side_by_side_equals_one_after_another(tmp_path: Path, monkeypa
 
 
 def test_grid_points_side_by_side_and_the_selection_rule() -> None:
+    from memsafe_lib.estimators.neural_context import _grid_point
     from memsafe_lib.estimators.selection import best_index
-    from memsafe_lib.evaluation.neural import _grid_point
 
     variants, enc = _variants_and_encodings(40)
     by = C.by_split([replace(v, split=("train", "validation")[int(v.base_id[1:]) % 2]) for v in variants])

@@ -205,7 +205,7 @@ def test_stage_b_reuse_key_moves_with_what_the_grid_sees_only() -> None:
     from types import SimpleNamespace
 
     from memsafe_lib.encodings.encoders import VariantEncoding
-    from memsafe_lib.evaluation.neural import stage_b_inputs_key
+    from memsafe_lib.estimators.neural_context import stage_b_inputs_key
     from tests.synthetic import variant
 
     vs = [variant(f"q{i}", split=split, state=state) for i, (split, state) in

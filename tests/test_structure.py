@@ -196,3 +196,11 @@ def test_documented_layout_matches_the_tree() -> None:
 @pytest.mark.parametrize("layer", [name for layer in LAYERS for name in layer] + list(PURE))
 def test_layers_exist(layer: str) -> None:
     assert (LIB / layer).is_dir() or (LIB / f"{layer}.py").exists()
+
+
+def test_the_gate_trains_through_product_code() -> None:
+    """`memsafe train` and the notebooks build Stage A and Stage B through the same estimators-
+    level code; the gate reaches into no experiment module."""
+    graph, _ = import_graph()
+    reached = sorted(m for m in graph["memsafe_lib.gate"] if m.startswith("memsafe_lib.evaluation"))
+    assert reached == []

@@ -95,7 +95,7 @@ class BiEncoderScorer(FoldEncoderBase):
         """Weights, window and precision: what a text's embedding depends on. Not ``features``
         (derived from the embeddings at no cost), so both feature sets share one fine-tuning
         run and one text cache; models reading the features are keyed by the budget's
-        ``stage_a_features`` (:func:`memsafe_lib.evaluation.neural.fit_inputs`)."""
+        ``stage_a_features`` (:func:`memsafe_lib.estimators.neural_context.fit_inputs`)."""
         return weights_fingerprint(self, f"bi|{self.config.max_length}|{self.bf16}")
 
     # -- texts

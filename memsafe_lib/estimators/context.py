@@ -1,5 +1,5 @@
 """What the neural estimators need before they can be fitted: Stage A encodings per encoder
-seed and the Stage B configuration. Built by :func:`memsafe_lib.evaluation.neural.build_context`
+seed and the Stage B configuration. Built by :func:`memsafe_lib.estimators.neural_context.build_context`
 once per (dataset, construction, scale) and handed to the factories of the registry."""
 
 from __future__ import annotations

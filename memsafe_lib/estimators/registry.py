@@ -203,7 +203,7 @@ def make_model(name: str, seed: int, context: NeuralContext | None = None, *,
     if name in NEURAL_MODELS:
         if context is None:
             raise ValueError(f"model {name!r} needs Stage A encodings: build a NeuralContext "
-                             "(memsafe_lib.evaluation.neural.build_context) and pass it")
+                             "(memsafe_lib.estimators.neural_context.build_context) and pass it")
         return NEURAL_MODELS[name](seed, context)
     try:
         return MODELS[name](seed)

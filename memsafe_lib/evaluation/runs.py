@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from memsafe_lib import config
@@ -27,6 +26,7 @@ from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.estimators.blind import BLIND_CONTROLS, blind_set_config, embed_units
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
+from memsafe_lib.estimators.neural_context import build_context, context_summary, fit_inputs
 from memsafe_lib.estimators.registry import (
     LEXSET_VARIANTS,
     SET_MODELS,
@@ -37,26 +37,20 @@ from memsafe_lib.estimators.registry import (
     seeds_for,
     stage_a_kinds,
 )
-from memsafe_lib.evaluation.neural import build_context, context_summary, fit_inputs
+from memsafe_lib.estimators.split_metrics import EVAL_SPLITS, split_metrics
 from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes, write_csv, write_json
 from memsafe_lib.ledger import code_fingerprint, data_fingerprint, record_run
 from memsafe_lib.measures.metrics import (
     error_taxonomy,
-    evidence_auprc,
-    expected_calibration_error,
-    macro_f1,
-    missing_count_mae,
-    unsafe_auroc,
 )
 from memsafe_lib.measures.risk_coverage import selective_report
 from memsafe_lib.parallel import side_by_side
 from memsafe_lib.precision import signature
 from memsafe_lib.progress import elapsed, log, progress_bar, step
-from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split, present_states, states_of
+from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split, states_of
 from memsafe_lib.variants.store import build
 from memsafe_lib.variants.supervision import training_subset, with_silver_training
 
-EVAL_SPLITS: tuple[str, ...] = ("validation", "test")
 RISK_TARGET = 0.05
 
 
@@ -77,28 +71,6 @@ def write_predictions(path: Path, predictions: pd.DataFrame) -> Path:
     return write_csv(path, predictions, float_format=None)
 
 
-def split_metrics(variants: Sequence[Variant], preds: Predictions) -> dict[str, Any]:
-    """Every per-split metric of the paper for one model's predictions."""
-    unsafe = [v.unsafe for v in variants]
-    states = [v.state for v in variants]
-    labels = present_states(states)
-    row: dict[str, Any] = {
-        "n_variants": len(variants),
-        "n_base_queries": len({v.base_id for v in variants}),
-        "prevalence": float(np.mean(unsafe)),
-        "unsafe_auroc": unsafe_auroc(unsafe, preds.unsafe_prob),
-        "macro_f1": macro_f1(states, list(preds.state), labels),
-        "ece": expected_calibration_error(unsafe, np.clip(preds.unsafe_prob, 0.0, 1.0)),
-        "evidence_auprc": None,
-        "count_mae": None,
-    }
-    if preds.unit_scores is not None:
-        row["evidence_auprc"] = evidence_auprc([[u.is_evidence for u in v.units] for v in variants], preds.unit_scores)
-    if preds.missing_count is not None:
-        row["count_mae"] = missing_count_mae([v.missing_count for v in variants], preds.missing_count)
-    return row
-
-
 def shared_fit(model: str, seed: int, context: NeuralContext | None) -> int | None:
     """Which seeds a deterministic model's one fit serves: every seed (None), except for models
     that read Stage A encodings (relevance aggregation), whose inputs change with the encoder
@@ -111,7 +83,7 @@ def shared_fit(model: str, seed: int, context: NeuralContext | None) -> int | No
 def _cache_key(dataset: str, construction: str, model: str, seed: int, result: ConstructionResult,
                context: NeuralContext | None = None) -> str:
     """The key of a cached (model, seed) fit: code, precision, data and everything the model
-    reads from ``context`` (neural models: :func:`~memsafe_lib.evaluation.neural.fit_inputs`,
+    reads from ``context`` (neural models: :func:`~memsafe_lib.estimators.neural_context.fit_inputs`,
     so another encoder or budget is a new fit). A model that reads no context keeps the key
     it has without one, so changing the encoder reuses the baselines' fits."""
     # ids, splits and every unit's evidence label: silver targets or a training subset never

@@ -28,8 +28,8 @@ from memsafe_lib.encodings.encoders import Pair, VariantEncoding, unit_string
 from memsafe_lib.encodings.window import window_counts
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
+from memsafe_lib.estimators.neural_context import OWN_ENCODER_MODELS, fit_inputs
 from memsafe_lib.estimators.registry import SET_MODELS, fitted_once, is_neural, make_model, seeds_for
-from memsafe_lib.evaluation.neural import OWN_ENCODER_MODELS, fit_inputs
 from memsafe_lib.evaluation.runs import SIDE_BY_SIDE_MODELS
 from memsafe_lib.io import atomic_open, canonical_json, sha256_bytes
 from memsafe_lib.ledger import code_fingerprint
@@ -87,7 +87,7 @@ def _fingerprint(variants: Sequence[Variant]) -> str:
 def _cache_key(key_base: str, model: str, seed: int, context: NeuralContext | None,
                windows: Mapping[str, int] | None = None) -> str:
     """``key_base`` (code, source and targets) and, for a neural model, what it reads of the
-    context (:func:`~memsafe_lib.evaluation.neural.fit_inputs`) and, where it reads Stage A,
+    context (:func:`~memsafe_lib.estimators.neural_context.fit_inputs`) and, where it reads Stage A,
     the token window of each target's encodings (``windows``: target name -> tokens); a model
     that reads no context keeps the key it had before the encoder entered it (model and seed
     are in the file name)."""
