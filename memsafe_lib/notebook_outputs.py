@@ -114,25 +114,30 @@ def clean_executed(notebook: Path, log_file: Path | None = None) -> bool:
     if log:
         with atomic_open(log_file) as fh:
             fh.write(scrub("".join(log), placeholders))
-    changed |= _add_run_note(nb, log_file.name)
+    changed |= _add_run_note(nb, log_file.name if log_file.is_file() else None)
     if changed:
         with atomic_open(notebook) as fh:
             nbformat.write(nb, fh)
     return changed
 
 
-def _add_run_note(nb: Any, log_name: str) -> bool:
+def _add_run_note(nb: Any, log_name: str | None) -> bool:
+    """Add the note, or bring an earlier one up to date (whether a log exists); whether it changed."""
     import nbformat
 
-    if any(RUN_NOTE_TAG in c.get("metadata", {}).get("tags", []) for c in nb.cells):
-        return False
     scale = nb.metadata.get("papermill", {}).get("parameters", {}).get("scale")
     tags = [c.get("metadata", {}).get("tags", []) for c in nb.cells]
     injected = next((i for i, t in enumerate(tags) if "injected-parameters" in t), None)
     ran = (f"**This copy ran at scale `{scale}`**: the cell above, injected by papermill, replaced the "
            "defaults of the `parameters` cell before it. ") if scale else ""
-    note = nbformat.v4.new_markdown_cell(f"{ran}Its step lines, progress bars and warnings are in "
-                                         f"`{log_name}` beside this notebook.")
+    logged = (f"Its step lines, progress bars and warnings are in `{log_name}` beside this notebook."
+              if log_name else "It wrote nothing to stderr.")
+    earlier = next((c for c, t in zip(nb.cells, tags, strict=True) if RUN_NOTE_TAG in t), None)
+    if earlier is not None:
+        changed = earlier.source != ran + logged
+        earlier.source = ran + logged
+        return changed
+    note = nbformat.v4.new_markdown_cell(ran + logged)
     note.metadata["tags"] = [RUN_NOTE_TAG]
     nb.cells.insert(0 if injected is None else injected + 1, note)
     return True

@@ -61,6 +61,9 @@ def test_stderr_moves_to_the_log_and_machine_paths_become_placeholders(tmp_path:
     before = notebook.read_bytes(), log_path(notebook).read_bytes()
     assert not clean_executed(notebook)  # clean already: nothing changes, the log stays
     assert (notebook.read_bytes(), log_path(notebook).read_bytes()) == before
+    log_path(notebook).unlink()  # a note that names a log no longer there is brought up to date
+    assert clean_executed(notebook)
+    assert "It wrote nothing to stderr." in nbformat.read(notebook, as_version=4).cells[3].source
 
 
 def test_committed_notebooks_are_cleaned_under_their_writers_fingerprint(tmp_path: Path) -> None:
@@ -88,8 +91,13 @@ def _committed_notebooks() -> list[Path]:
 
 @pytest.mark.parametrize("notebook", _committed_notebooks(), ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
 def test_executed_notebooks_hold_no_log_and_no_machine_path(notebook: Path) -> None:
-    """Every executed notebook under artifacts/ (the committed cpu run, and the smoke run a test
-    session leaves): no stderr output, no absolute path of the machine that ran it."""
+    """Every executed notebook under artifacts/ (the committed cpu run, and a smoke run a test
+    session left): no stderr output, no absolute path of the machine that ran it."""
+    assert_clean(notebook)
+
+
+def assert_clean(notebook: Path) -> None:
+    """No stderr output and no machine path in ``notebook``, nor in the log beside it."""
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     for index, cell in enumerate(cells):
         for output in cell.get("outputs", []):

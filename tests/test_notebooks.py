@@ -18,7 +18,9 @@ from sklearn.metrics import roc_auc_score
 from memsafe_lib import config
 from memsafe_lib.config import SCALES
 from memsafe_lib.ledger import read_ledger
+from memsafe_lib.notebook_outputs import RUN_NOTE_TAG, log_path
 from memsafe_lib.notebooks import available, run_notebook
+from tests.test_notebook_outputs import assert_clean
 
 
 def test_every_notebook_has_a_literal_parameters_cell() -> None:
@@ -201,6 +203,9 @@ def check_smoke_run(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     entry, timing = ledger[at[0]], ledger[at[1]]
     assert all(Path(config.artifacts_dir(), k).exists() for k in [*entry["outputs"], *timing["outputs"]])
     SMOKE_CHECKS[name](executed.parent)
+    assert_clean(executed)  # stderr went to the log beside it, named under the injected scale
+    note = [c.source for c in nbformat.read(executed, as_version=4).cells if RUN_NOTE_TAG in c.metadata.get("tags", [])]
+    assert len(note) == 1 and (log_path(executed).name in note[0]) == log_path(executed).is_file()
     times = pd.read_csv(config.REPO_ROOT / "artifacts" / "smoke" / "run_times.csv").set_index("notebook")
     assert times.loc[name, "minutes"] == pytest.approx(timing["metrics"]["seconds"] / 60, abs=0.01)
 
