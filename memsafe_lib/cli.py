@@ -21,6 +21,7 @@ from memsafe_lib import config
 from memsafe_lib.config import FAMILY_A_DATASETS, ScaleConfig
 from memsafe_lib.data.download import main_download
 from memsafe_lib.data.loader import DATASETS, discover_files, load_dataset
+from memsafe_lib.data.own_records import load_records
 from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.errors import DataFormatError
 from memsafe_lib.estimators.blind import blind_set_config
@@ -113,9 +114,21 @@ def cmd_data_download(args: argparse.Namespace) -> int:
     return main_download(args.dataset, config.data_dir())
 
 
+RECORDS_CONSTRUCTIONS: tuple[str, ...] = ("size-matched", "blind-matched", "blind-hard", "deletion")
+"""The constructions a user's own records can be built with (family B and native are datasets' own)."""
+
+
 def cmd_construct(args: argparse.Namespace) -> int:
     scale = _scale(args)
-    loaded, result = build(args.dataset, args.construction, scale)
+    if args.records:
+        construction = args.construction or "size-matched"
+        if construction not in RECORDS_CONSTRUCTIONS:
+            raise ValueError(f"--construction {construction}: records are built with one of "
+                             f"{', '.join(RECORDS_CONSTRUCTIONS)}")
+        loaded = load_records(args.records)
+        result = construct(loaded, construction)
+    else:
+        loaded, result = build(args.dataset, args.construction, scale)
     out = Path(args.out)
     exclusions = out.with_name(out.name.removesuffix(".jsonl") + ".exclusions.jsonl")
     summary = out.with_name(out.name.removesuffix(".jsonl") + ".summary.json")
@@ -124,7 +137,7 @@ def cmd_construct(args: argparse.Namespace) -> int:
     write_json(summary, acc)
     write_jsonl(out, (v.to_dict() for v in result.variants))  # last: its presence means success
     record_run("construct", scale, raw_files=loaded.files,
-               settings={"dataset": args.dataset, "construction": result.construction},
+               settings={"dataset": args.dataset or f"records:{loaded.dataset}", "construction": result.construction},
                outputs=[out, exclusions, summary], metrics=acc)
     print(json.dumps({"out": str(out), "exclusions": str(exclusions), **acc}, indent=2))
     return 0
@@ -375,8 +388,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", choices=sorted(DATASETS), help="one dataset (default: every one)")
     p.set_defaults(func=cmd_data_download)
 
-    p = sub.add_parser("construct", help="write the memory variants of a dataset as JSON Lines")
-    p.add_argument("--dataset", required=True, choices=sorted(DATASETS), help="the dataset under MEMSAFE_DATA_DIR")
+    p = sub.add_parser("construct", help="write the memory variants of a dataset, or of your own records, as "
+                                         "JSON Lines")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", choices=sorted(DATASETS), help="the dataset under MEMSAFE_DATA_DIR")
+    source.add_argument("--records", metavar="FILE.jsonl", default=None,
+                        help="your own questions, one per line: id, question, evidence, distractors, and optionally "
+                             "answers and split (docs/records.schema.json)")
     p.add_argument("--construction", choices=CONSTRUCTIONS, default=None,
                    help="default: size-matched (native for squad2)")
     p.add_argument("--out", required=True, help="output .jsonl; exclusions and a summary are written beside it")

@@ -83,6 +83,12 @@ def assign_split(base_id: str, ratios: Sequence[float] = SPLIT_RATIOS, salt: str
     return SPLITS[-1]
 
 
+def split_of(q: BaseQuery) -> str:
+    """A question's split: the one its records file gives (``meta["split"]``), else
+    :func:`assign_split` of its id."""
+    return str(q.meta.get("split") or assign_split(q.id))
+
+
 def train_fold(base_id: str) -> int:
     """Fold 0 or 1 of a training question; encoders and cross-fitted models use the same folds."""
     return hash_rank(base_id, FOLD_SALT) % 2
@@ -177,7 +183,7 @@ def _variant(q: BaseQuery, construction: str, state: str, units: Iterable[Unit],
         dataset=q.dataset,
         construction=construction,
         state=state,
-        split=assign_split(q.id),
+        split=split_of(q),
         missing_count=n_evidence - kept,
         question=q.question,
         answers=q.answers,
@@ -367,7 +373,7 @@ def _as_variant(q: BaseQuery, state: str, memory: tuple[Unit, ...], construction
     units = tuple(MemoryUnit(u.unit_id, u.title, u.text, _key(u) in evidence, u.source_position, u.source_position)
                   for u in memory)
     return Variant(f"{construction}:{q.dataset}:{q.id}:{state}", q.id, q.dataset, construction, state,
-                   assign_split(q.id), len(q.evidence) - sum(u.is_evidence for u in units), q.question, q.answers,
+                   split_of(q), len(q.evidence) - sum(u.is_evidence for u in units), q.question, q.answers,
                    units, len(q.evidence), len(units))
 
 
@@ -418,7 +424,7 @@ def _build_triples(queries: Iterable[BaseQuery], construction: str, form: Triple
             exclusions.append(_exclude(q, NO_RELATION_LOST, construction))
         else:
             kept[q.id] = subset
-            strata[assign_split(q.id)].append(q)
+            strata[split_of(q)].append(q)
     variants: list[Variant] = []
     for split, members in sorted(strata.items()):
         triples, left = form(members)
