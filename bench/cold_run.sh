@@ -66,7 +66,7 @@ $2"
     }
     if [ "${WARM_GRID:-0}" = 1 ]; then
         warm_up "the Stage B grid check's Stage A" "
-from memsafe_lib.evaluation.neural import select_stage_b
+from memsafe_lib.estimators.neural_context import select_stage_b
 print(select_stage_b(scale))"
     fi
     if [ "${WARM_EMBEDDINGS:-0}" = 1 ]; then
@@ -80,7 +80,7 @@ for dataset in config.FAMILY_A_DATASETS:
     fi
     if [ "${WARM_STAGE_A:-0}" = 1 ]; then
         warm_up "notebook 02's size-matched Stage A" "
-from memsafe_lib.evaluation.neural import stage_a_for
+from memsafe_lib.estimators.neural_context import stage_a_for
 from memsafe_lib.variants.store import build
 for dataset in config.FAMILY_A_DATASETS:
     for seed in scale.neural.encoder_seeds:
