@@ -266,8 +266,7 @@ judge
 # construction, not a finding).
 
 # %%
-blind_main = main_results.main_table(summary, datasets, "blind-matched").drop(
-    columns=[f"{d}_paper_{m}" for d in datasets for m in ("auroc", "macro_f1")])
+blind_main = main_results.construction_table(summary, datasets, "blind-matched")
 write_csv(out / "blind_matched_table.csv", blind_main)
 display(blind_main)
 h6 = pd.read_csv(summary_files["hypotheses"]).set_index("id").loc["H6"]
@@ -283,8 +282,7 @@ print(f"H6: {h6.status}\n{h6.evidence}")
 # control (`qu_tfidf`, `title_named`, `retrieval_sim`) in test unsafe AUROC on each QA dataset.
 
 # %%
-hard_main = main_results.main_table(summary, datasets, "blind-hard").drop(
-    columns=[f"{d}_paper_{m}" for d in datasets for m in ("auroc", "macro_f1")])
+hard_main = main_results.construction_table(summary, datasets, "blind-hard")
 write_csv(out / "blind_hard_table.csv", hard_main)
 display(hard_main)
 h7 = pd.read_csv(summary_files["hypotheses"]).set_index("id").loc["H7"]

@@ -51,3 +51,18 @@ def test_per_state_table_averages_each_seeds_auroc_on_those_states_only() -> Non
     assert row.unsafe_auroc == pytest.approx(np.mean([roc_auc_score(g.unsafe, g.unsafe_prob)
                                                       for _, g in test.groupby("seed")]), abs=1e-12)
     assert (row.dataset, row.construction, row.n_seeds) == ("musique", "blind-hard", 2)
+
+
+def test_a_construction_table_has_no_paper_columns_and_ours_as_table_main() -> None:
+    """Blind-matched and blind-hard have no table in the paper: the paper's size-matched values
+    must not stand beside ours; our columns are Table "main"'s."""
+    from memsafe_lib.reporting.main_results import construction_table, main_table
+
+    summary = pd.DataFrame([{"dataset": "musique", "construction": "blind-hard", "model": "memsafe", "unsafe_auroc": 0.8,
+                             "unsafe_auroc_sd": 0.01, "macro_f1": 0.5, "n_seeds": 3, "paper_unsafe_auroc": 0.968,
+                             "paper_macro_f1": 0.9}])
+    table = construction_table(summary, ["musique"], "blind-hard")
+    assert not [c for c in table.columns if "paper" in c]
+    full = main_table(summary, ["musique"], "blind-hard")
+    pd.testing.assert_frame_equal(table, full[table.columns])
+    assert table.loc[0, "musique_auroc"] == 0.8

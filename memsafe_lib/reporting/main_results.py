@@ -58,6 +58,13 @@ def main_table(summary: pd.DataFrame, datasets: Sequence[str], construction: str
     return pd.DataFrame(rows)
 
 
+def construction_table(summary: pd.DataFrame, datasets: Sequence[str], construction: str) -> pd.DataFrame:
+    """Table "main" of a construction the paper has no table for (blind-matched, blind-hard):
+    the same columns without the paper's, which would be size-matched values beside ours."""
+    return main_table(summary, datasets, construction).drop(
+        columns=[f"{d}_paper_{m}" for d in datasets for m in ("auroc", "macro_f1")])
+
+
 PROVENANCE_PAIRS: tuple[tuple[str, str], ...] = (("memsafe", "memsafe_no_provenance"),
                                                  ("mean_pool", "mean_pool_no_provenance"))
 
