@@ -35,13 +35,17 @@ from memsafe_lib.gate import (
     Gate,
     abstain_reason,
     batched,
+    calibration_lines,
     gate_datasets,
     iter_memories,
     metrics_lines,
     oversized,
+    read_labelled,
     scan_memories,
     train_gate,
+    write_card,
 )
+from memsafe_lib.gate.evaluation import evaluate_gate, summary_lines, write_evaluation
 from memsafe_lib.io import atomic_open, write_json, write_jsonl
 from memsafe_lib.ledger import read_ledger, record_run
 from memsafe_lib.notebooks import available, run_notebook, up_to_date
@@ -197,11 +201,46 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    if args.gate is not None:
+        return cmd_evaluate_gate(args)
+    if args.dataset is None or args.input is not None or args.out is not None:
+        raise ValueError("give --dataset (fit and score our models on one of our datasets) or --gate DIR --input "
+                         "FILE --out DIR2 (judge a trained gate on your labelled memories)")
     scale = _scale(args)
     models = [m for part in args.models.split(",") if part.strip() for m in model_group(part.strip())]
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(scale.seeds)
     files = run_evaluation(args.dataset, models, seeds, scale, args.construction, device=args.device)
     print(json.dumps({k: str(v) for k, v in files.items()}, indent=2))
+    return 0
+
+
+def _check_risk(args: argparse.Namespace) -> None:
+    for option, value in (("--risk", args.risk), ("--delta", args.delta)):
+        if value is not None and not 0 < value < 1:
+            raise ValueError(f"{option} must lie strictly between 0 and 1; got {value:g}")
+
+
+def _check_gate_dir(path: str) -> None:
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"--gate {path}: no such directory (write one with `memsafe train`)")
+
+
+def cmd_evaluate_gate(args: argparse.Namespace) -> int:
+    """Labels are read and checked before the gate loads; metrics.json is written last."""
+    if args.input is None or args.out is None or args.dataset is not None:
+        raise ValueError("--gate needs --input FILE.jsonl (labelled memories) and --out DIR, and no --dataset")
+    _check_risk(args)
+    _check_gate_dir(args.gate)
+    memories = read_labelled(args.input, provenance=not args.no_provenance, split=args.split)
+    gate = Gate.load(args.gate, device=args.device or "cpu", encoder_model=args.encoder)
+    if not gate.calibrated:
+        print("memsafe: note: this gate has no calibration (saved before gates were calibrated); its ECE is the "
+              "set model's own", file=sys.stderr)
+    outputs, metrics = evaluate_gate(gate, memories, args.risk, args.delta, args.resamples)
+    metrics = {"gate": str(args.gate), "input": str(args.input), **metrics}
+    write_evaluation(args.out, memories, outputs, metrics)
+    print("\n".join(summary_lines(metrics)))
+    print(f"(scores, reliability.png, risk_coverage.png and metrics.json in {args.out})")
     return 0
 
 
@@ -224,14 +263,23 @@ def stage_a_notice(datasets: Sequence[str], scale: ScaleConfig) -> str | None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     scale = _scale(args)
-    notice = stage_a_notice(args.dataset, scale)
+    notice = stage_a_notice(args.dataset, scale) if args.dataset else None
     if notice:
         print(notice, flush=True)
     path = train_gate(args.dataset, scale, args.seed, Path(args.out) if args.out else None,
-                      device=args.device or default_device())
-    print(f"saved gate: {path}")
-    print("\n".join(metrics_lines(json.loads((path / "config.json").read_text())["metrics"])))
+                      device=args.device or default_device(), records=args.records)
+    saved = json.loads((path / "config.json").read_text())
+    print(f"saved gate: {path}  (its card: {path / 'card.md'})")
+    print("\n".join(metrics_lines(saved["metrics"])))
+    print("\n".join(calibration_lines(saved["calibration"])))
     print(f"(every metric: \"metrics\" in {path / 'config.json'})")
+    return 0
+
+
+def cmd_card(args: argparse.Namespace) -> int:
+    _check_gate_dir(args.gate)
+    cfg = Gate.read_config(args.gate)
+    print(write_card(args.gate, cfg))
     return 0
 
 
@@ -249,13 +297,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     before the model loads and before anything is written), the ``--risk`` threshold is fixed
     before the first memory is scored, then chunks of :data:`SCORE_CHUNK` go in and their
     lines come out as they are scored (``--out`` is renamed into place only when complete)."""
-    for option, value in (("--risk", args.risk), ("--delta", args.delta)):
-        if value is not None and not 0 < value < 1:
-            raise ValueError(f"{option} must lie strictly between 0 and 1; got {value:g}")
+    _check_risk(args)
     if not Path(args.input).is_file():
         raise FileNotFoundError(f"--input {args.input}: no such file")
-    if not Path(args.gate).is_dir():
-        raise FileNotFoundError(f"--gate {args.gate}: no such directory (write one with `memsafe train`)")
+    _check_gate_dir(args.gate)
     scan = scan_memories(args.input)
     gate = Gate.load(args.gate, device=args.device or "cpu", encoder_model=args.encoder)
     controls = {}
@@ -414,8 +459,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scale(p)
     p.set_defaults(func=cmd_audit)
 
-    p = sub.add_parser("evaluate", help="fit and score models; one metrics row per (model, seed, split)")
-    p.add_argument("--dataset", required=True, choices=sorted(DATASETS), help="the dataset under MEMSAFE_DATA_DIR")
+    p = sub.add_parser("evaluate", help="fit and score our models on a dataset (--dataset: one metrics row per "
+                                         "(model, seed, split)), or judge a trained gate on your labelled memories "
+                                         "(--gate DIR --input FILE --out DIR2)")
+    p.add_argument("--dataset", choices=sorted(DATASETS), help="the dataset under MEMSAFE_DATA_DIR")
+    p.add_argument("--gate", default=None, help="a gate directory written by `memsafe train`: judge it on --input")
+    p.add_argument("--input", default=None, metavar="FILE.jsonl",
+                   help='with --gate: what `memsafe construct` writes, or JSON Lines of {"id", "query", "units", '
+                        '"unsafe" (or "state"), "base_id"?}')
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="with --gate: writes scores.jsonl, metrics.json, reliability.png and risk_coverage.png")
+    p.add_argument("--risk", type=float, default=None, metavar="ALPHA",
+                   help="with --gate: judge it at the Learn-then-Test threshold for evidence risk <= ALPHA instead "
+                        "of its own threshold")
+    p.add_argument("--delta", type=float, default=0.1, help="failure probability of --risk (default %(default)s)")
+    p.add_argument("--split", default=None, choices=("train", "validation", "test"),
+                   help="with --gate: only the memories of this split (`memsafe construct` writes every split; "
+                        "judge a gate trained on the same records on test)")
+    p.add_argument("--no-provenance", action="store_true",
+                   help="with --gate: ignore source positions in --input (score memories as an agent without "
+                        "provenance passes them)")
+    p.add_argument("--resamples", type=int, default=1000,
+                   help="with --gate: bootstrap resamples over questions for the AUROC interval (default %(default)s)")
     p.add_argument("--models", default="all",
                    help="comma-separated names or groups: 'baselines' (lexical + controls), 'neural', 'all' "
                         "(default %(default)s)")
@@ -427,9 +492,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="fit MemSafe on one or more QA datasets and save it as a gate "
                                       "(safetensors + config)")
-    p.add_argument("--dataset", required=True, type=_gate_datasets, metavar="DATASET[,DATASET...]",
-                   help=f"one of {', '.join(FAMILY_A_DATASETS)}, or several comma-separated: one gate trained "
-                        "on all of them (fold encoders and set model)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", type=_gate_datasets, metavar="DATASET[,DATASET...]",
+                        help=f"one of {', '.join(FAMILY_A_DATASETS)}, or several comma-separated: one gate trained "
+                             "on all of them (fold encoders and set model)")
+    source.add_argument("--records", default=None, metavar="FILE.jsonl",
+                        help="your own questions (docs/records.schema.json): a gate trained on their size-matched "
+                             "memories' train split, calibrated on validation")
     p.add_argument("--seed", type=int, default=None, help="default: the scale's first seed")
     p.add_argument("--out", default=None, help="gate directory (default: artifacts/<scale>/gates/<dataset>-seed<k>)")
     _add_device(p)
@@ -449,6 +518,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="failure probability of the --risk guarantee (default %(default)s)")
     _add_device(p)
     p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("card", help="write a gate's card.md again from its config.json")
+    p.add_argument("--gate", required=True, help="gate directory written by `memsafe train`")
+    p.set_defaults(func=cmd_card)
 
     p = sub.add_parser("summarize", help="seed means, bootstrap intervals, Wilcoxon, gates and H1-H5 of evaluate runs")
     p.add_argument("--resamples", type=int, default=1000,

@@ -11,7 +11,8 @@ the QA datasets. The JSON Schema is ``docs/records.schema.json``.
 A unit's source position is not the order of the file (evidence first would give every memory's
 state away through its positions): the units of a question are placed in a salted-hash order of
 their text. Every bad line stops with the file, line, record id and field; a question without
-evidence, or a second record with an id already read, is excluded with its reason, never dropped.
+evidence is excluded with its reason, never dropped; a second record with an id already read stops
+(two questions under one id would share a split and a memory id: the file needs fixing).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from memsafe_lib.io import sha256_file
 RECORD_SPLITS: tuple[str, ...] = ("train", "validation", "test")
 POSITION_SALT = "memsafe-records-position-v1"
 NO_EVIDENCE = "no evidence units"
-REPEATED_ID = "id already read earlier in the file"
 
 
 def _units(row: dict[str, Any], key: str, path: Path, line: int, rid: str) -> list[tuple[str, str]]:
@@ -101,7 +101,8 @@ def load_records(path: str | Path, name: str | None = None) -> LoadResult:
                 raise DataFormatError(path, f"not JSON: {exc.msg}", line=line) from None
             parsed = _query(row, path, line, name, digest)
             if isinstance(parsed, BaseQuery) and parsed.id in seen:
-                parsed = Exclusion(name, parsed.id, REPEATED_ID, path.name, line - 1)
+                raise DataFormatError(path, "id already used on an earlier line", line=line, record_id=parsed.id,
+                                      field="id")
             if isinstance(parsed, BaseQuery):
                 seen.add(parsed.id)
                 queries.append(parsed)

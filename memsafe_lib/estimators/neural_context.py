@@ -164,16 +164,18 @@ def _grid_point(shared: tuple[dict[str, VariantEncoding], dict[str, list[Variant
 
 def build_context(result: ConstructionResult, scale: ScaleConfig, seeds: Sequence[int], device: str = "cpu",
                   progress: bool = True, *, finetuned: bool = True, frozen: bool = False,
-                  frozen_representations: bool = True) -> NeuralContext:
+                  frozen_representations: bool = True, stage_b: dict[str, Any] | None = None) -> NeuralContext:
     """Stage A for every encoder seed the Stage B ``seeds`` use (fine-tuned, and without
     fine-tuning when ``frozen``; relevance scores only when no frozen model reads the
     representations, see :func:`memsafe_lib.estimators.registry.stage_a_kinds`), and the
-    selected Stage B point."""
+    selected Stage B point (``stage_b`` gives it instead, for data the MuSiQue selection does not
+    concern: a user's own records)."""
     needed = sorted({encoder_seed_for(s, scale.neural.encoder_seeds) for s in seeds})
     stage_a = {s: stage_a_for(result, scale, s, device, progress) for s in needed} if finetuned else {}
     frozen_a = {s: stage_a_for(result, scale, s, device, progress, frozen=True,
                                relevance_only=not frozen_representations) for s in needed} if frozen else {}
-    return NeuralContext(result.dataset, scale, stage_a, select_stage_b(scale, device, progress), device, frozen_a)
+    point = dict(stage_b) if stage_b is not None else select_stage_b(scale, device, progress)
+    return NeuralContext(result.dataset, scale, stage_a, point, device, frozen_a)
 
 
 def context_summary(context: NeuralContext) -> dict[str, Any]:

@@ -76,6 +76,32 @@ def weighted_auroc(
     return float(_auroc_from_bins(pos, neg))
 
 
+def cluster_bootstrap_auroc(unsafe: Sequence[bool] | np.ndarray, score: Sequence[float] | np.ndarray,
+                            groups: Sequence[object], n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                            confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the unsafe AUROC with questions resampled as clusters (all memories
+    of a drawn question come along, as in the paper's bootstrap): one model, one seed. Resamples
+    with one class only are redrawn."""
+    y = np.asarray(unsafe, dtype=bool)
+    s = np.asarray(score, dtype=float)
+    _, cluster = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
+    if not (y.shape == s.shape == cluster.shape):
+        raise ValueError(f"labels, scores and groups must be of one length: {y.shape}, {s.shape}, {cluster.shape}")
+    if y.all() or not y.any():
+        raise ValueError("AUROC needs both unsafe and complete memories")
+    rng = np.random.default_rng(seed)
+    n_clusters = int(cluster.max()) + 1
+    values: list[float] = []
+    while len(values) < n_resamples:
+        counts = np.bincount(rng.integers(0, n_clusters, n_clusters), minlength=n_clusters)
+        w = counts[cluster].astype(float)
+        if (w * y).sum() > 0 and (w * ~y).sum() > 0:
+            values.append(weighted_auroc(y, s, w))
+    tail = 100 * (1 - confidence) / 2
+    lo, hi = np.percentile(values, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
 # ---------------------------------------------------------------------------------------------
 # Paired hierarchical bootstrap
 

@@ -22,11 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from memsafe_lib.measures.metrics import _paired
+from memsafe_lib.measures.metrics import _binary_labels, _paired
 
 
 def _check_unit(value: float, name: str) -> float:
@@ -212,3 +213,27 @@ def selective_report(
         aurc_min=aurc_min(pi),
     )
     return out
+
+
+
+def selective_summary(unsafe: Sequence[bool] | np.ndarray, answered: Sequence[bool] | np.ndarray) -> dict[str, Any]:
+    """A gate's answer/abstain decisions read four ways: ``coverage`` (share answered), ``risk``
+    (unsafe share of the answered; None when none is), ``false_abstention_rate`` (complete
+    memories it abstains on, over all complete ones) and ``correct_abstention_rate`` (unsafe
+    memories it abstains on, over all unsafe ones); None where the class is absent."""
+    y = _binary_labels(unsafe, "unsafe")
+    a = _binary_labels(answered, "answered")
+    if y.shape != a.shape or not y.size:
+        raise ValueError(f"unsafe and answered must be of one non-zero length: {y.shape}, {a.shape}")
+    return {"n": int(y.size), "answered": int(a.sum()), "coverage": float(a.mean()),
+            "risk": float(y[a].mean()) if a.any() else None,
+            "false_abstention_rate": float((~a & ~y).sum() / (~y).sum()) if (~y).any() else None,
+            "correct_abstention_rate": float((~a & y).sum() / y.sum()) if y.any() else None}
+
+
+def operating_point(unsafe: Sequence[bool] | np.ndarray, score: Sequence[float] | np.ndarray,
+                    t: float | None) -> dict[str, Any]:
+    """:func:`selective_summary` of answering where ``score <= t`` (nothing when ``t`` is None)."""
+    y, s = _paired(unsafe, score, "unsafe", "score")
+    answered = np.zeros(s.shape, dtype=bool) if t is None else s <= float(t)
+    return {"threshold": None if t is None else float(t), **selective_summary(y, answered)}
