@@ -13,13 +13,12 @@ length). Results go to artifacts/<scale>/bench/encoder_<dtype>_<device>.json and
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib.config import scale_config
 from memsafe_lib.data.loader import hash_rank
@@ -32,7 +31,7 @@ from memsafe_lib.encodings.encoders import (
     encode_pairs,
     variant_pairs,
 )
-from memsafe_lib.ledger import environment
+from memsafe_lib.ledger import cpu_model
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.store import build
 
@@ -63,10 +62,9 @@ def forward_flops_per_token(model: CrossEncoder, mean_length: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--dataset", default="musique")
     parser.add_argument("--base-queries", type=int, default=40)
-    parser.add_argument("--scale", default="cpu")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--fp32", action="store_true", help="disable bf16 autocast")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -103,7 +101,7 @@ def main() -> None:
     report = {
         "dataset": args.dataset, "variants": len(variants), "base_queries": len(ids),
         "device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "cpu": environment()["cpu"], "bf16": config.bf16, "batch_size": config.batch_size,
+        "cpu": cpu_model(), "bf16": config.bf16, "batch_size": config.batch_size,
         "pairs_requested": len(pairs), "pairs_unique": cached.unique, "pairs_encoded_cached": cached.encoded,
         "pairs_encoded_naive": naive.encoded, "encode_ratio_naive_over_cached": naive.encoded / max(cached.encoded, 1),
         "cached_seconds": cached.seconds, "naive_seconds": naive.seconds,

@@ -15,22 +15,21 @@ import time
 import numpy as np
 import pandas as pd
 import torch
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib.config import FINETUNE_THREADS, scale_config
 from memsafe_lib.encodings.encoders import BiEncoder, CrossEncoder, EncoderConfig, Pair
 from memsafe_lib.encodings.finetune import FinetuneConfig, finetune, training_pairs
-from memsafe_lib.ledger import environment
+from memsafe_lib.ledger import cpu_model
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import by_split
 from memsafe_lib.variants.store import build
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--dataset", default="musique")
     parser.add_argument("--pairs", type=int, default=256)
-    parser.add_argument("--scale", default="cpu")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--fp32", action="store_true")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -53,7 +52,7 @@ def main() -> None:
     losses = finetune(model, pairs, labels, FinetuneConfig(batch_size=args.batch_size, bf16=not args.fp32))
     seconds = time.perf_counter() - start
     report = {"dataset": args.dataset, "device": args.device, "bf16": not args.fp32, "batch_size": args.batch_size,
-              "threads": torch.get_num_threads(), "finetune_threads": FINETUNE_THREADS, "cpu": environment()["cpu"],
+              "threads": torch.get_num_threads(), "finetune_threads": FINETUNE_THREADS, "cpu": cpu_model(),
               "cpu_capability": torch.backends.cpu.get_cpu_capability(), "pairs_trained": len(pairs),
               "seconds": seconds,
               "train_pairs_per_s": len(pairs) / seconds, "unique_training_pairs_cpu_scale": len(all_pairs),
@@ -79,7 +78,7 @@ def compare_dropout(args: argparse.Namespace, files: list[str], config: EncoderC
     table = pd.DataFrame(rows)
     rate = table.groupby("dropout").train_pairs_per_s.median()
     report = {"dataset": args.dataset, "device": args.device, "bf16": not args.fp32, "batch_size": args.batch_size,
-              "finetune_threads": FINETUNE_THREADS, "cpu": environment()["cpu"],
+              "finetune_threads": FINETUNE_THREADS, "cpu": cpu_model(),
               "cpu_capability": torch.backends.cpu.get_cpu_capability(), "pairs_trained": len(pairs),
               "rounds": args.rounds, "train_pairs_per_s_torch": float(rate["torch"]),
               "train_pairs_per_s_mask": float(rate["mask"]), "speedup": float(rate["mask"] / rate["torch"])}

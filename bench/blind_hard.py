@@ -20,12 +20,11 @@ of its size-matched AUROC; at least 60% of the size-matched base questions kept.
 
 from __future__ import annotations
 
-import argparse
 from collections import defaultdict
 
 import numpy as np
 import pandas as pd
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.config import FAMILY_A_DATASETS, scale_config
@@ -106,8 +105,7 @@ def rows_for(dataset: str, label: str, result: ConstructionResult, base: int,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu")
+    parser = bench_parser(__doc__)
     parser.add_argument("--closeness", type=float, nargs="+", default=[0.0, 0.03, 0.05, 0.08],
                         help="blind-hard's smallest triple closeness, one construction each")
     args = parser.parse_args()

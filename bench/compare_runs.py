@@ -11,12 +11,11 @@ Runs nothing heavy.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.evaluation.compare import DEFAULT_K, TIMING_COLUMNS, compare_trees
@@ -81,9 +80,8 @@ def models_moved(reference: Path, other: Path, atol: float = 1e-6) -> pd.DataFra
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--reference", type=Path, required=True, help="the earlier run's artifacts/<scale>/")
-    parser.add_argument("--scale", default="cpu")
     parser.add_argument("--k", type=float, default=DEFAULT_K)
     args = parser.parse_args()
     if not args.reference.is_dir():

@@ -15,12 +15,11 @@ validation is read. The 100% point is notebook 02's own fit when its caches are 
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import replace
 
 import pandas as pd
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib.config import FAMILY_A_DATASETS, scale_config
 from memsafe_lib.data.records import RawFile
@@ -71,8 +70,7 @@ def curve_rows(dataset: str, scale_name: str, seed: int, fractions: tuple[float,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", default="cpu")
+    parser = bench_parser(__doc__)
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--datasets", nargs="+", default=list(FAMILY_A_DATASETS))
     parser.add_argument("--fractions", nargs="+", type=float, default=list(FRACTIONS))

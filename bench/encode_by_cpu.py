@@ -11,11 +11,10 @@ names it, or the ledger does for reports that predate the field), the other mach
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pandas as pd
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.ledger import read_ledger
@@ -23,8 +22,7 @@ from memsafe_lib.reporting.timings import encode_by_cpu
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu")
+    parser = bench_parser(__doc__)
     parser.add_argument("--reference", default="encoder_bf16_cpu")
     parser.add_argument("--others", nargs="+", default=["encoder_fp32_cpu"])
     args = parser.parse_args()

@@ -13,18 +13,17 @@ square one. Rounds alternate, medians are reported.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import time
 from typing import Any
 
 import pandas as pd
 import torch
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib.config import PACKAGED_ENCODER
 from memsafe_lib.encodings.encoders import resolve_model
-from memsafe_lib.ledger import environment
+from memsafe_lib.ledger import cpu_model
 from memsafe_lib.threads import configure_threads
 
 ARMS: dict[str, dict[str, Any]] = {
@@ -55,8 +54,7 @@ def matmul_rate(m: int, k: int, n: int, repeats: int = 20) -> float:
 def main() -> None:
     from transformers import AutoModel  # lazy: heavy
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu")
+    parser = bench_parser(__doc__)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--pairs", type=int, default=256, help="pairs per arm per round")
     parser.add_argument("--rounds", type=int, default=3)
@@ -89,7 +87,7 @@ def main() -> None:
         rows.append({"round": round_ + 1, "arm": "ceiling_square_4096", "gflops": matmul_rate(4096, 4096, 4096, 5)})
     table = pd.DataFrame(rows)
     median = table.groupby("arm").gflops.median()
-    report = {"cpu": environment()["cpu"], "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    report = {"cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "torch_threads": threads[1], "tokens": args.tokens, "gflop_per_pair": per_pair / 1e9,
               **{f"gflops_{arm}": float(v) for arm, v in median.items()},
               "library_share_of_ffn_ceiling": float(median["library"] / median["ceiling_ffn_shape"]),

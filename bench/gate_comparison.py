@@ -14,7 +14,6 @@ holds the scale's current budget is reused, not trained again.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import asdict
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.config import FAMILY_A_DATASETS, ScaleConfig, scale_config
@@ -71,8 +70,7 @@ def bare_auroc(gate: Gate, variants: list[Variant], cache: EncodingCache) -> tup
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu")
+    parser = bench_parser(__doc__)
     parser.add_argument("--seed", type=int, default=None, help="default: the scale's first seed")
     args = parser.parse_args()
     configure_threads()

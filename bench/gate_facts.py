@@ -12,13 +12,12 @@ the gate is trained at. A gate whose directory holds the scale's current budget 
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pandas as pd
 from gate_comparison import gate_for  # bench/gate_comparison.py (scripts run from bench/)
-from report import save_report  # bench/report.py
+from report import bench_parser, save_report  # bench/report.py
 
 from memsafe_lib.config import scale_config
 from memsafe_lib.gate import gate_datasets
@@ -32,8 +31,7 @@ def megabytes(paths: list[Path]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu", help="where the row is recorded")
+    parser = bench_parser(__doc__)
     parser.add_argument("--gate-scale", default="smoke")
     parser.add_argument("--dataset", default="musique", help="one QA dataset or several, comma-separated")
     args = parser.parse_args()

@@ -21,12 +21,11 @@ the cache, plus generated ones): the quantity the prefix reuse cuts.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
 import pandas as pd
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.config import scale_config
@@ -63,8 +62,7 @@ def timed_chat(lm: LanguageModel, messages: list[dict[str, str]], max_tokens: in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu")
+    parser = bench_parser(__doc__)
     parser.add_argument("--dataset", default="musique")
     parser.add_argument("--model", default=READER)
     parser.add_argument("--memories", type=int, default=3)

@@ -10,17 +10,14 @@ comparable with timings at two.
 
 from __future__ import annotations
 
-import argparse
-
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.reporting.timings import STEP_COLUMNS, time_table
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu")
+    parser = bench_parser(__doc__)
     args = parser.parse_args()
     run_dir = config.scale_config(args.scale).recorded_dir
     table = time_table(run_dir)

@@ -13,13 +13,12 @@ and the ledger (the first AVX2 row, precision_avx2.json, predates the vendor in 
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
 import torch
 from bench_encoder import matmul_gflops  # bench/ (scripts run from bench/)
-from report import save_report
+from report import bench_parser, save_report
 
 from memsafe_lib import precision
 from memsafe_lib.encodings.encoders import CrossEncoder, EncoderConfig, Pair, encode_pairs
@@ -38,8 +37,7 @@ def encoder_pairs_per_s(pairs: list[Pair], bf16: bool) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu")
+    parser = bench_parser(__doc__)
     parser.add_argument("--pairs", type=int, default=8, help="pairs encoded per precision (bf16 may be slow)")
     args = parser.parse_args()
     configure_threads()

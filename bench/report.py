@@ -1,5 +1,8 @@
-"""Shared tail of every benchmark: one-row JSON and CSV under artifacts/<scale>/bench/, a
-ledger entry, and a readable print-out."""
+"""What every benchmark shares: its command line (:func:`bench_parser`: the docstring's first
+paragraph and ``--scale``) and its tail (:func:`save_report`: one-row JSON and CSV under
+artifacts/<scale>/bench/, a ledger entry, and a readable print-out). The machine a row ran on
+is named by :func:`memsafe_lib.ledger.cpu_model` (the ledger entry records it too), never by a
+copy of it in a script."""
 
 from __future__ import annotations
 
@@ -14,6 +17,15 @@ from memsafe_lib import config
 from memsafe_lib.data.records import RawFile
 from memsafe_lib.io import write_csv, write_json
 from memsafe_lib.ledger import record_run
+
+
+def bench_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's command line: the first paragraph of its docstring as description, and
+    ``--scale``, where its record goes."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--scale", default="cpu",
+                        help="the record goes to artifacts/<scale>/bench/ with MEMSAFE_RECORD=1, else to scratch")
+    return parser
 
 
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:

@@ -17,32 +17,24 @@ counts in ``--whole-counts`` (at 10,000 memories it would need tens of GB).
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib.cli import SCORE_CHUNK
 from memsafe_lib.config import scale_config
 from memsafe_lib.gate import train_gate
+from memsafe_lib.ledger import cpu_model
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.store import build
 
 RUN = ("import sys, memsafe_lib.cli as c; c.SCORE_CHUNK = int(sys.argv[1]); "
        "sys.exit(c.main(sys.argv[2:]))")
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def write_memories(path: Path, memories: list[dict], count: int) -> Path:
@@ -54,8 +46,7 @@ def write_memories(path: Path, memories: list[dict], count: int) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu", help="where the report is recorded")
+    parser = bench_parser(__doc__)
     parser.add_argument("--gate-scale", default="smoke", help="the scale of the memories and of the gate trained")
     parser.add_argument("--dataset", default="hotpotqa")
     parser.add_argument("--counts", type=int, nargs="+", default=[1000, 10000])
@@ -85,7 +76,7 @@ def main() -> None:
                 rows.append({"mode": mode, "chunk": chunk, "memories": count, "lines_out": lines,
                              "units_per_memory": round(sum(len(m["units"]) for m in memories) / len(memories), 1),
                              "seconds": float(seconds), "memories_per_s": count / float(seconds),
-                             "peak_rss_mb": int(peak_kb) / 1024, "cpu": cpu_name()})
+                             "peak_rss_mb": int(peak_kb) / 1024, "cpu": cpu_model()})
                 print(rows[-1], flush=True)
     table = pd.DataFrame(rows)
     save_report("score-stream", f"score_stream_{args.dataset}", args, loaded.files,

@@ -20,7 +20,6 @@ with that budget reuses. Each finished (point, dataset) row and each fit is cach
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -31,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.config import FAMILY_A_DATASETS, ScaleConfig, scale_config
@@ -43,7 +42,7 @@ from memsafe_lib.estimators.registry import MODELS
 from memsafe_lib.estimators.selection import validation_scores
 from memsafe_lib.estimators.setmodel import SetModelConfig
 from memsafe_lib.io import canonical_json, sha256_bytes, write_json
-from memsafe_lib.ledger import environment, module_fingerprint
+from memsafe_lib.ledger import cpu_model, module_fingerprint
 from memsafe_lib.measures.metrics import average_precision, unsafe_auroc
 from memsafe_lib.parallel import side_by_side
 from memsafe_lib.precision import bf16_native
@@ -162,8 +161,7 @@ def study_row(name: str, scale: ScaleConfig, dataset: str, cache: Any) -> dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cpu")
+    parser = bench_parser(__doc__)
     parser.add_argument("--datasets", nargs="+", default=list(QA), choices=list(QA))
     parser.add_argument("--points", nargs="+", default=list(POINTS), choices=list(POINTS), metavar="POINT")
     args = parser.parse_args()
@@ -171,7 +169,7 @@ def main() -> None:
     scale = scale_config(args.scale)
     cache = scale.output_dir(config.BENCH) / ".cache" / "stage_a_study"
     cache.mkdir(parents=True, exist_ok=True)
-    cpu = {"cpu": environment()["cpu"], "bf16_units": bf16_native("cpu")}
+    cpu = {"cpu": cpu_model(), "bf16_units": bf16_native("cpu")}
     rows = []
     for name in args.points:
         for dataset in args.datasets:

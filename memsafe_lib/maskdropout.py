@@ -11,7 +11,7 @@ and the kept elements are scaled by its inverse, as inverted dropout does.
 Hugging Face encoder to it while it trains, the attention weights' dropout included (through
 an attention function of its own, registered with transformers, that writes the attention
 out only while training with dropout and otherwise calls transformers' SDPA attention).
-``bench/stage_b_dropout.py`` and ``bench/bench_finetune.py`` measure it.
+``bench/bench_finetune.py`` measures it; on Stage B: ``artifacts/cpu/bench/stage_b_dropout_musique.csv``.
 """
 
 from __future__ import annotations

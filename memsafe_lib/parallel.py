@@ -6,7 +6,7 @@ cross-encoder fits of different seeds (:mod:`memsafe_lib.evaluation.runs`), the 
 (:mod:`memsafe_lib.estimators.neural_context`) and the two Stage A fold encoders
 (:mod:`memsafe_lib.encodings.stagea`). Each process runs one torch thread, so the weights are
 the same whatever the number of processes; for Stage B on 2 cores this gives 1.46x the fits
-per hour of one two-thread fit after another (``bench/stage_b_parallel.py``).
+per hour of one two-thread fit after another (``artifacts/cpu/bench/stage_b_parallel_musique.csv``).
 
 Workers are fresh interpreters (``spawn``: no thread pool or CUDA state inherited), each
 given the shared inputs once; a task is a module-level function ``task(shared, item)``.

@@ -3,7 +3,7 @@
 Why: scikit-learn's gradient boosting runs on OpenMP, whose workers spin while they wait.
 With as many workers as cores and other work on those cores, they spin against each other:
 a LexSet fit that takes seconds with one thread did not finish in 300 s beside two busy
-processes on a 2-core machine (``bench/bench_threads.py``).
+processes on a 2-core machine (``artifacts/cpu/bench/threads_musique.csv``).
 Every entry point (the CLI, each notebook's first cell, the test session, ``bench/``) calls
 :func:`configure_threads`; LexSet also wraps its fits in :func:`limited_threads`, so a user
 who imports the library into their own script gets the same protection.

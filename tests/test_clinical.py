@@ -250,9 +250,9 @@ def test_no_demo_subject_id_in_artifacts_or_notebook_outputs() -> None:
         ids = sorted({row["subject_id"] for row in csv.DictReader(fh)})
     assert len(ids) == 100
     pattern = re.compile(r"(?<![\d.])(?:" + "|".join(map(re.escape, ids)) + r")(?!\d)")
-    # bench/cold_parts/: a cold run's notebooks saved for the next machine (bench/cold_parts.py)
+    # bench/cold/parts/: a cold run's notebooks saved for the next machine (bench/cold/cold_parts.py)
     roots = [config.REPO_ROOT / "artifacts", config.REPO_ROOT / "paper", config.REPO_ROOT / "README.md",
-             config.REPO_ROOT / "bench" / "cold_parts"]
+             config.REPO_ROOT / "bench" / "cold" / "parts"]
     scanned, hits = 0, []
     for root in roots:
         for path in ([root] if root.is_file() else root.rglob("*")):

@@ -1,4 +1,4 @@
-"""bench/cold_parts.py carries a cold run's finished notebooks from one machine to the next:
+"""bench/cold/cold_parts.py carries a cold run's finished notebooks from one machine to the next:
 checked on hand-made git repositories, the expected files written out by hand, and closed by
 the same adoption the last part uses."""
 
@@ -32,7 +32,7 @@ def _write(root: Path, rel: str, text: str) -> None:
 
 @pytest.fixture
 def cold_parts(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench" / "cold"))
     return importlib.import_module("cold_parts")
 
 
@@ -80,7 +80,7 @@ def test_a_part_saved_on_one_machine_joins_the_next_and_both_are_adopted(cold_pa
     log_1 = checkout.parent / "cold-1.log"
     log_1.write_text("cold run of 02_b at cpu on abc\n02_b start\nend\n")
     manifest = cold_parts.save(first, checkout, "cpu", log_1)
-    saved = checkout / "bench/cold_parts/cpu"
+    saved = checkout / "bench/cold/parts/cpu"
     assert manifest["changed"] == ["artifacts/cpu/02_b/fig.png", "artifacts/cpu/02_b/table.csv"]
     assert manifest["deleted"] == ["artifacts/cpu/02_b/stale.csv"]
     assert manifest["ledger_lines"] == ['{"n": "nb02"}']
@@ -112,7 +112,7 @@ def test_a_part_saved_on_one_machine_joins_the_next_and_both_are_adopted(cold_pa
     log_2.write_text("cold run of 03_c at cpu on def\ninstall\n" + logs + "03_c start\nend\n")
     manifest = cold_parts.save(second, checkout, "cpu", log_2)
     assert [p["notebooks"] for p in manifest["logs"]] == [["02_b"], ["03_c"]]
-    saved = checkout / "bench/cold_parts/cpu"
+    saved = checkout / "bench/cold/parts/cpu"
     assert (saved / "part-2.log").read_text() == "cold run of 03_c at cpu on def\ninstall\n03_c start\nend\n"
     assert (saved / "part-2.busy").read_text() == "t2 1\n"
     assert json.loads((saved / "manifest.json").read_text())["ledger_lines"] == ['{"n": "nb02"}', '{"n": "nb03"}']
@@ -168,7 +168,7 @@ def test_a_saved_log_names_no_path_of_the_machine_it_ran_on(cold_parts, checkout
                    f"  {tempfile.gettempdir()}/pip-build-env-x/setuptools.py: warning\n"
                    f"executed 02_b at scale cpu: {first}/artifacts/cpu/02_b/02_b.ipynb\nend\n")
     cold_parts.save(first, checkout, "cpu", log)
-    saved = (checkout / "bench/cold_parts/cpu/part-1.log").read_text()
+    saved = (checkout / "bench/cold/parts/cpu/part-1.log").read_text()
     assert str(checkout.parent) not in saved and tempfile.gettempdir() + "/" not in saved
     assert "data <beside the clone>/shared/data" in saved
     assert "executed 02_b at scale cpu: <clone>/artifacts/cpu/02_b/02_b.ipynb" in saved
@@ -189,16 +189,16 @@ def test_a_restored_log_that_differs_from_the_saved_one_is_still_cut_out(cold_pa
     log_2.write_text("cold run of 03_c at cpu on def\ninstall\n" + old_text
                      + "cold_parts restore: 02_b (1 files, 0 ledger lines, 1 logs)\n" + own)
     cold_parts.save(second, checkout, "cpu", log_2)
-    part_2 = (checkout / "bench/cold_parts/cpu/part-2.log").read_text()
+    part_2 = (checkout / "bench/cold/parts/cpu/part-2.log").read_text()
     assert "02_b start" not in part_2 and part_2.endswith(own)
     assert "cold_parts restore: 02_b" in part_2
 
 
 def test_the_checkout_is_the_scripts_repository_and_another_library_is_refused(cold_parts, tmp_path: Path) -> None:
-    # Seen: `CLONE/.venv/bin/python bench/cold_parts.py save CLONE` imported the clone's memsafe_lib,
+    # Seen: `CLONE/.venv/bin/python bench/cold/cold_parts.py save CLONE` imported the clone's memsafe_lib,
     # took the clone for the checkout and said "nothing to save" about a finished notebook.
     main, clone = tmp_path / "main", tmp_path / "cold"
-    script = main / "bench" / "cold_parts.py"
+    script = main / "bench" / "cold" / "cold_parts.py"
     assert cold_parts.checkout_root(script, main) == main.resolve()
     with pytest.raises(ValueError) as refused:
         cold_parts.checkout_root(script, clone)
@@ -207,7 +207,7 @@ def test_the_checkout_is_the_scripts_repository_and_another_library_is_refused(c
 
 
 def test_a_second_save_from_the_same_clone_keeps_only_what_ran_since_the_first(cold_parts, checkout: Path) -> None:
-    """Seen: a clone paused, saved, resumed (bench/cold_resume.sh appends to the same log) and
+    """Seen: a clone paused, saved, resumed (bench/cold/cold_resume.sh appends to the same log) and
     paused again; the first save's log sits in this log with restore's line inside it, so neither
     earlier cut applies. The part saved from this very log ends at its 'paused before' line: the
     new part is what follows it."""
@@ -219,7 +219,7 @@ def test_a_second_save_from_the_same_clone_keeps_only_what_ran_since_the_first(c
            "[memsafe] notebook 03_c at scale cpu: done in 8.0 min\npaused before 04_d 2026-12-02T11:08:00Z\n")
     log.write_text(first + own)
     cold_parts.save(clone, checkout, "cpu", log)
-    parts = checkout / "bench/cold_parts/cpu"
+    parts = checkout / "bench/cold/parts/cpu"
     assert (parts / "part-2.log").read_text() == own
     assert "02_b start" in (parts / "part-1.log").read_text()
     manifest = json.loads((parts / "manifest.json").read_text())

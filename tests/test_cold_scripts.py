@@ -1,5 +1,5 @@
-"""bench/cold_lib.sh, shared by bench/cold_run.sh and bench/cold_resume.sh, writes the log lines
-bench/interrupted_run.py reads: a notebook the log already saw start is marked resumed."""
+"""bench/cold/cold_lib.sh, shared by bench/cold/cold_run.sh and bench/cold/cold_resume.sh, writes the
+log lines bench/cold/interrupted_run.py reads: a notebook the log already saw start is marked resumed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 from memsafe_lib import config
 
-LIB = config.REPO_ROOT / "bench" / "cold_lib.sh"
+COLD = config.REPO_ROOT / "bench" / "cold"
+LIB = COLD / "cold_lib.sh"
 
 
 def _stub(path: Path, body: str) -> None:
@@ -47,7 +48,7 @@ def test_a_notebook_the_log_saw_start_is_marked_resumed_and_interrupted_run_read
     assert lines[2].startswith("03_ablations start ") and lines[2].endswith("Z")  # never started before
     assert lines[-1].startswith("end ")
 
-    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench" / "cold"))
     interrupted_run = importlib.import_module("interrupted_run")
     [(start, last)] = interrupted_run.killed_parts(first + out, "02_training")
     assert (last - start).total_seconds() == 40 * 60
@@ -61,8 +62,8 @@ def test_without_a_log_every_notebook_starts_plainly(tmp_path: Path) -> None:
 
 def test_both_cold_scripts_use_the_shared_loop_and_adoption() -> None:
     for name in ("cold_run.sh", "cold_resume.sh"):
-        text = (config.REPO_ROOT / "bench" / name).read_text()
-        assert 'source "$repo/bench/cold_lib.sh"' in text
+        text = (COLD / name).read_text()
+        assert 'source "$repo/bench/cold/cold_lib.sh"' in text
         assert "run_cold_notebooks " in text and "adopt_cold_run " in text
         assert ".venv/bin/memsafe notebook" not in text  # the loop lives in cold_lib.sh only
 
@@ -71,16 +72,16 @@ def test_the_cold_scripts_are_read_whole_before_they_run() -> None:
     # bash reads a plain script as it runs; a commit touching it during a run of hours once made
     # the running cold_run.sh execute a line of the new text ("=cpu: command not found")
     for name in ("cold_run.sh", "cold_resume.sh"):
-        lines = (config.REPO_ROOT / "bench" / name).read_text().splitlines()
+        lines = (COLD / name).read_text().splitlines()
         start = lines.index("main() {")
         assert [line for line in lines[:start] if line and not line.startswith("#")] == ["set -euo pipefail"]
         assert lines[-2:] == ["}", 'main "$@"; exit']
-        subprocess.run(["bash", "-n", str(config.REPO_ROOT / "bench" / name)], check=True)
+        subprocess.run(["bash", "-n", str(COLD / name)], check=True)
 
 
 def test_a_later_part_restores_the_saved_parts_after_the_install_and_before_its_notebooks() -> None:
-    text = (config.REPO_ROOT / "bench" / "cold_run.sh").read_text()
-    install, restore = text.index("make install readers"), text.index("bench/cold_parts.py restore")
+    text = (COLD / "cold_run.sh").read_text()
+    install, restore = text.index("make install readers"), text.index("bench/cold/cold_parts.py restore")
     assert install < restore < text.index('run_cold_notebooks "$scale"')
     assert 'if [ "${PARTS:-0}" = 1 ]' in text[install:restore]
 
@@ -89,7 +90,7 @@ def test_adoption_keeps_the_replaced_run_compares_it_and_checks_the_prose(tmp_pa
     """adopt_cold_run keeps the checkout's committed run as a worktree before adopting, then runs
     compare_runs.py against it and the claims test; a failing claim is named, not fatal."""
     repo = tmp_path / "repo"
-    (repo / "bench").mkdir(parents=True)
+    (repo / "bench" / "cold").mkdir(parents=True)
     (repo / "artifacts" / "cpu").mkdir(parents=True)
     (repo / "artifacts" / "cpu" / "run_times.csv").write_text("notebook,code\n01,old\n")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -108,7 +109,7 @@ def test_adoption_keeps_the_replaced_run_compares_it_and_checks_the_prose(tmp_pa
     made = [line.split()[1] if line.startswith("python") else line for line in calls.read_text().splitlines()]
     # the replaced run's time table is kept before adopting; the new run's table is rewritten
     # even when no notebook was killed (cold_run.csv was left the replaced run's before), then kept
-    assert made == ["cold_run_history.py", "bench/adopt_cold_run.py", "interrupted_run.py", "cold_run_history.py",
+    assert made == ["cold_run_history.py", "bench/cold/adopt_cold_run.py", "interrupted_run.py", "cold_run_history.py",
                     "notebook_steps.py", "memsafe report --record",
                     "memsafe verify --scale cpu", "compare_runs.py", "-m"]
     assert f"--reference {previous}/artifacts/cpu" in calls.read_text()
@@ -118,7 +119,7 @@ def test_adoption_keeps_the_replaced_run_compares_it_and_checks_the_prose(tmp_pa
 def test_the_untimed_warm_ups_name_what_the_library_has() -> None:
     """The Python that cold_run.sh runs before a part's notebooks (WARM_GRID, WARM_STAGE_A) is
     text inside the script: a renamed function would only fail hours into a cold run."""
-    text = (config.REPO_ROOT / "bench" / "cold_run.sh").read_text()
+    text = (COLD / "cold_run.sh").read_text()
     [prelude] = re.findall(r'\.venv/bin/python -c "\n(.*?)\$2"\n', text, flags=re.S)
     snippets = [prelude + body for body in re.findall(r'warm_up "[^"]*" "\n(.*?)"\n', text, flags=re.S)]
     assert len(snippets) >= 2
@@ -133,7 +134,7 @@ def test_the_untimed_warm_ups_name_what_the_library_has() -> None:
 
 
 def test_a_pause_file_stops_the_loop_before_the_next_notebook(tmp_path: Path) -> None:
-    """A part ends between notebooks, so bench/cold_parts.py can save finished ones only: the
+    """A part ends between notebooks, so bench/cold/cold_parts.py can save finished ones only: the
     loop checks for artifacts/scratch/pause before each notebook, stops there, and removes it."""
     clone = tmp_path / "clone"
     (clone / "artifacts" / "scratch").mkdir(parents=True)

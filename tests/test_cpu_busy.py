@@ -1,4 +1,4 @@
-"""bench/cpu_busy.py: busy cores from /proc/stat, and their split by a cold run's notebooks."""
+"""bench/cold/cpu_busy.py: busy cores from /proc/stat, and their split by a cold run's notebooks."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ end 2026-11-29T12:01:00Z
 
 @pytest.fixture
 def cpu_busy(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench" / "cold"))
     return importlib.import_module("cpu_busy")
 
 

@@ -1,4 +1,4 @@
-"""bench/interrupted_run.py reads a killed notebook's minutes from the cold run's log."""
+"""bench/cold/interrupted_run.py reads a killed notebook's minutes from the cold run's log."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ LOG = """01_construction_audit start 2026-11-28T23:00:50Z
 
 @pytest.fixture
 def interrupted_run(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench" / "cold"))
     return importlib.import_module("interrupted_run")
 
 
@@ -124,7 +124,7 @@ def test_the_sampler_never_moves_a_killed_part_back(interrupted_run) -> None:
 def test_cold_run_history_keeps_earlier_runs_and_replaces_a_run_kept_again(monkeypatch: pytest.MonkeyPatch) -> None:
     import pandas as pd
 
-    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench" / "cold"))
     history = importlib.import_module("cold_run_history")
 
     def cold(code: str, cpu: str, minutes: float) -> pd.DataFrame:

@@ -261,7 +261,7 @@ def test_patience_stops_after_a_plateau_and_runs_a_prefix_of_the_full_fit() -> N
     assert stop < 14, "the task must plateau for this test to test anything"
     assert len(early.epochs) == stop and early.best_epoch == kept
     assert early.epochs == full.epochs[:stop]
-    assert SetModelConfig.for_budget(SCALES["cpu"].neural).patience == 10  # bench/stage_b_patience.py: the budget point
+    assert SetModelConfig.for_budget(SCALES["cpu"].neural).patience == 10  # artifacts/cpu/bench/stage_b_patience.csv: the budget point
     assert SetModelConfig.for_budget(SCALES["paper"].neural).patience is None  # the paper's scale runs every epoch
 
 

@@ -6,6 +6,7 @@ import importlib
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from memsafe_lib import config
@@ -34,3 +35,21 @@ def test_the_timed_command_starts_from_an_empty_private_cache(tmp_path: Path, mo
     assert (warm / "smoke" / "stage_a.sqlite").exists()  # the machine's own cache untouched
     row = (config.scale_config("smoke").output_dir(config.BENCH) / "commands.csv").read_text()
     assert "empty private cache" in row
+
+
+def test_history_lists_every_timed_command_and_times_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--history`` (once bench/command_history.py) writes command_history.csv from the ledger:
+    two timed commands give two rows, oldest first, and no third command is run."""
+    monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
+    time_command = importlib.import_module("time_command")
+    for label in ("first", "second"):
+        monkeypatch.setattr(sys, "argv", ["time_command.py", "--label", label, "--scale", "smoke", "--cwd", str(tmp_path),
+                                          "--", sys.executable, "-c", "pass"])
+        time_command.main()
+    monkeypatch.setattr(sys, "argv", ["time_command.py", "--history", "--scale", "smoke"])
+    time_command.main()
+    table = pd.read_csv(config.scale_config("smoke").output_dir(config.BENCH) / "command_history.csv")
+    assert table.command.tolist() == ["first", "second"]
+    monkeypatch.setattr(sys, "argv", ["time_command.py", "--history", "--scale", "smoke", "--", "true"])
+    with pytest.raises(SystemExit):
+        time_command.main()

@@ -313,7 +313,7 @@ def converted_gguf(path: str, dtype: Any) -> Path:
         save_model(lm, str(partial / "model.safetensors"))
         # without the GGUF quantization_config: with it, transformers loads the plain tensors back
         # behind its GGUF quantizer and warns at every load that matmuls cast to fp32; measured, the
-        # two loads run at the same speed with the same logits (bench/gguf_plain.py), so this only
+        # two loads run at the same speed with the same logits (artifacts/cpu/bench/gguf_plain_*.csv), so this only
         # makes the kept model what it is, a plain model in the asked dtype
         del lm.config.quantization_config
         lm.config.save_pretrained(partial)

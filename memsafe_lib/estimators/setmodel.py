@@ -50,15 +50,16 @@ class SetModelConfig:
     """Train the per-unit evidence and missing-count heads (an ablation switches them off)."""
     bf16: bool = False
     """Forward and backward passes under bf16 autocast (weights, optimiser state and losses stay
-    fp32): much faster where the CPU has bf16 matrix units (``bench/stage_b_precision.py``)."""
+    fp32): much faster where the CPU has bf16 matrix units
+    (``artifacts/cpu/bench/stage_b_precision_musique.csv``)."""
     mask_dropout: bool = True
     """Dropout masks from :mod:`memsafe_lib.maskdropout` rather than torch's per-element
     Bernoulli draws: about twice as fast a dropout on CPU, the same rate to within 1/65,536
-    (``bench/stage_b_dropout.py``); False gives ``nn.Dropout``."""
+    (``artifacts/cpu/bench/stage_b_dropout_musique.csv``); False gives ``nn.Dropout``."""
     patience: int | None = None
     """Stop after this many epochs without a better validation score (None: all ``epochs``).
     The kept epoch is the best of those run, so a patience that outlasts every plateau keeps
-    the full run's choice (``bench/stage_b_patience.py``)."""
+    the full run's choice (``artifacts/cpu/bench/stage_b_patience.csv``)."""
 
     @classmethod
     def for_budget(cls, budget: NeuralBudget, **overrides: Any) -> SetModelConfig:

@@ -1,7 +1,7 @@
 """Bring a cold-run clone's results into this checkout.
 
 A whole cpu reproduction is timed in parts, each in a fresh clone with empty caches
-(``bench/cold_run.sh``), because it does not fit in one working session. Each part leaves its
+(``bench/cold/cold_run.sh``), because it does not fit in one working session. Each part leaves its
 executed notebooks, tables, ``run_times.csv`` rows and ledger entries in its clone; this module
 moves them into the checkout that commits them, and refuses when the clone's runs came from
 other code than the checkout's: the time table is worth something only if every part ran on

@@ -3,11 +3,12 @@
 A 2-core cold run is only as fast as its busiest phases allow; a phase that runs on one
 thread leaves half the machine idle, and the per-step time table cannot show it. This script
 samples the whole machine's busy cores from ``/proc/stat`` (``sample``, started beside the
-run by ``bench/cold_run.sh``; one appended line per interval, so a killed run keeps what it
+run by ``bench/cold/cold_run.sh``; one appended line per interval, so a killed run keeps what it
 sampled) and then splits the samples by the cold run's "NB start" lines (``summarize``):
 
-    .venv/bin/python bench/cpu_busy.py sample --out CLONE/cpu_busy.txt --every 10 &
-    cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python cpu_busy.py summarize --samples CLONE/cpu_busy.txt --log COLD_LOG
+    .venv/bin/python bench/cold/cpu_busy.py sample --out CLONE/cpu_busy.txt --every 10 &
+    cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python cpu_busy.py summarize \
+        --samples CLONE/cpu_busy.txt --log COLD_LOG
 
 writes ``artifacts/<scale>/bench/cold_run_busy.csv``: per notebook, the sampled minutes, the
 mean busy cores, the minutes with fewer than ``--idle-below`` cores busy, and the core-minutes
@@ -128,7 +129,7 @@ def main() -> None:
     s.add_argument("--every", type=float, default=10.0)
     m = sub.add_parser("summarize", help="busy cores per notebook of a cold run")
     m.add_argument("--samples", type=Path, required=True)
-    m.add_argument("--log", type=Path, required=True, help="the cold run's log (bench/cold_run.sh's output)")
+    m.add_argument("--log", type=Path, required=True, help="the cold run's log (bench/cold/cold_run.sh's output)")
     m.add_argument("--every", type=float, default=10.0, help="the sampler's interval")
     m.add_argument("--idle-below", type=float, default=1.5, help="busy cores under which a core counts as idle")
     m.add_argument("--scale", default="cpu")
@@ -136,7 +137,8 @@ def main() -> None:
     if args.command == "sample":
         sample(args.out, args.every)
         return
-    from report import save_report  # bench/report.py (scripts run from bench/)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: report.py, the shared tail
+    from report import save_report
 
     from memsafe_lib import precision
     from memsafe_lib.ledger import cpu_model

@@ -14,7 +14,7 @@ The log undercounts a step that caches its progress as it goes: notebook 06 prin
 per phase and stores every generation as it ends, and Stage A's encoding stores every batch,
 so the generations or batches finished after the last line are read back, not redone, and
 their minutes belong to the cold time. With ``--busy`` (the busy-core sampler's file that
-``bench/cold_run.sh`` writes beside the run) a killed part ends at the sampler's last line
+``bench/cold/cold_run.sh`` writes beside the run) a killed part ends at the sampler's last line
 before the next execution started, when the machine was last seen working, if that is later
 than the log's last line. That end errs high by the uncached work under way at the kill
 (a generation, a batch, or a Stage B fit), which the resumed part repeats; the row keeps the
@@ -25,9 +25,9 @@ minutes resumed, their sum) in ``artifacts/<scale>/bench/interrupted_runs.csv``,
 time table, one row per notebook with the killed part added and a last row ``all``, in
 ``artifacts/<scale>/bench/cold_run.csv``:
 
-    cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log COLD_LOG --notebook 02_training \
+    cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py --log COLD_LOG --notebook 02_training \
         [--busy CLONE/artifacts/scratch/cpu_busy.txt]
-    cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py   # the table alone, no kill to add
+    cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py   # the table alone, no kill to add
 """
 
 from __future__ import annotations
@@ -35,16 +35,19 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
-from report import save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.io import replace_row
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: report.py, the shared tail
+from report import bench_parser, save_report  # noqa: E402
+
 STAMP = re.compile(r"\[memsafe (\d\d):(\d\d):(\d\d) ")
-SAMPLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)Z? ", re.MULTILINE)  # bench/cpu_busy.py's lines
+SAMPLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)Z? ", re.MULTILINE)  # bench/cold/cpu_busy.py's lines
 
 
 def last_sample(samples: str, after: dt.datetime, before: dt.datetime) -> dt.datetime | None:
@@ -138,12 +141,11 @@ def record_interruption(args: argparse.Namespace, log: str, samples: str | None,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--log", help="the cold run's log (bench/cold_run.sh's output); needed with --notebook")
+    parser = bench_parser(__doc__)
+    parser.add_argument("--log", help="the cold run's log (bench/cold/cold_run.sh's output); needed with --notebook")
     parser.add_argument("--notebook", help="the killed and resumed notebook to add; without it, only the "
                         "cold time table is rewritten (a run with no kill needs it too)")
-    parser.add_argument("--scale", default="cpu")
-    parser.add_argument("--busy", type=Path, help="the busy-core sampler's file (bench/cpu_busy.py sample): "
+    parser.add_argument("--busy", type=Path, help="the busy-core sampler's file (bench/cold/cpu_busy.py sample): "
                         "a killed part ends when the machine was last seen working, if after the log's last line")
     args = parser.parse_args()
     scale = config.scale_config(args.scale)

@@ -1,11 +1,11 @@
-"""Bring a part of a cold reproduction (a clone made by ``bench/cold_run.sh``) into this checkout.
+"""Bring a part of a cold reproduction (a clone made by ``bench/cold/cold_run.sh``) into this checkout.
 
 Copies the files the clone's notebooks changed under ``artifacts/<scale>/``, merges its ledger
 entries and ``run_times.csv`` rows, and refuses when the clone's runs carry another code
 fingerprint than this checkout's (``memsafe_lib/reporting/adopt.py``). Then regenerate the
 time tables and the report, and verify:
 
-    .venv/bin/python bench/adopt_cold_run.py ../cold-a
+    .venv/bin/python bench/cold/adopt_cold_run.py ../cold-a
     cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python notebook_steps.py --scale cpu && cd ..
     .venv/bin/memsafe report --record && .venv/bin/memsafe verify --scale cpu
 """
@@ -23,7 +23,7 @@ from memsafe_lib.reporting.adopt import adopt
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("clone", type=Path, help="the cold-run clone (bench/cold_run.sh's CLONE_DIR)")
+    parser.add_argument("clone", type=Path, help="the cold-run clone (bench/cold/cold_run.sh's CLONE_DIR)")
     parser.add_argument("--scale", default="cpu")
     args = parser.parse_args()
     try:

@@ -2,19 +2,19 @@
 # Cold timing of some notebooks: a fresh clone of this checkout's HEAD, empty caches, then each
 # notebook with `memsafe notebook NB --scale SCALE --record`, which writes its minutes to the
 # clone's artifacts/<scale>/run_times.csv and ledger, with nothing else on the machine. Then
-# bench/adopt_cold_run.py CLONE brings the clone's results into the checkout (it copies the
+# bench/cold/adopt_cold_run.py CLONE brings the clone's results into the checkout (it copies the
 # changed artifacts/<scale>/ files, merges ledger and run_times.csv, and refuses other code).
 #
-#   ADOPT=1 bench/cold_run.sh ../cold 01_construction_audit 02_training 03_ablations 04_transfer \
+#   ADOPT=1 bench/cold/cold_run.sh ../cold 01_construction_audit 02_training 03_ablations 04_transfer \
 #       05_selective 06_reader_gating 07_clinical
 #
 # A run that must stop, between notebooks or inside one, goes on in the same clone with
-# bench/cold_resume.sh CLONE LOG: the notebook killed midway resumes from the caches it wrote and
-# bench/interrupted_run.py adds the log's minutes before each kill to its row. adopt_cold_run.py
+# bench/cold/cold_resume.sh CLONE LOG: the notebook killed midway resumes from the caches it wrote and
+# bench/cold/interrupted_run.py adds the log's minutes before each kill to its row. adopt_cold_run.py
 # takes a clone's results as often as it is given them. Parts in separate clones also work:
 #
-#   ADOPT=1 bench/cold_run.sh ../cold-a 01_construction_audit 02_training 03_ablations 04_transfer 05_selective
-#   ADOPT=1 WARM_GRID=1 bench/cold_run.sh ../cold-b 06_reader_gating 07_clinical
+#   ADOPT=1 bench/cold/cold_run.sh ../cold-a 01_construction_audit 02_training 03_ablations 04_transfer 05_selective
+#   ADOPT=1 WARM_GRID=1 bench/cold/cold_run.sh ../cold-b 06_reader_gating 07_clinical
 #
 # WARM_GRID=1: before the timed notebooks, compute (untimed) MuSiQue's Stage A for the Stage B
 # grid check, which a one-piece `make reproduce` has from notebook 02's cache; a part that
@@ -26,25 +26,25 @@
 # blind-matched constructions, which notebook 01 computes (about 11 min) and 02's Stage A ranker
 # and blind_set read from one shared cache; for a part that starts with 02 in a new clone.
 # PARTS=1: before the notebooks, write the finished notebooks of earlier machines that
-# bench/cold_parts.py saved into the checkout (bench/cold_parts/<scale>/, committed) into the
+# bench/cold/cold_parts.py saved into the checkout (bench/cold/parts/<scale>/, committed) into the
 # clone, and their logs into this log, so this part joins them and ADOPT=1 takes every part.
-# ADOPT=1: afterwards, bring the clone's results into this checkout (bench/adopt_cold_run.py,
+# ADOPT=1: afterwards, bring the clone's results into this checkout (bench/cold/adopt_cold_run.py,
 # which refuses if this checkout's code changed meanwhile), regenerate the step table and the
 # report, and verify; nothing of it is timed.
-# Busy cores: bench/cpu_busy.py samples the machine every 10 s into the clone's
+# Busy cores: bench/cold/cpu_busy.py samples the machine every 10 s into the clone's
 # artifacts/scratch/cpu_busy.txt while the notebooks run (a resumed part started by hand can
-# start it again; it appends); `bench/cpu_busy.py summarize` splits the samples by notebook.
+# start it again; it appends); `bench/cold/cpu_busy.py summarize` splits the samples by notebook.
 # Environment: SCALE (default cpu), MEMSAFE_DATA_DIR (default: ../shared/data beside the clone).
 set -euo pipefail
 # The whole script is one function, read before it runs: bash reads a plain script as it goes,
 # so an edit of this file (a commit, a checkout) during a run of hours would run the new text.
 main() {
-    repo="$(cd "$(dirname "$0")/.." && pwd)"
-    source "$repo/bench/cold_lib.sh"
-    clone="${1:?usage: bench/cold_run.sh CLONE_DIR NOTEBOOK...}"
+    repo="$(cd "$(dirname "$0")/../.." && pwd)"
+    source "$repo/bench/cold/cold_lib.sh"
+    clone="${1:?usage: bench/cold/cold_run.sh CLONE_DIR NOTEBOOK...}"
     shift
-    [ "$#" -gt 0 ] || { echo "bench/cold_run.sh: name at least one notebook" >&2; exit 2; }
-    [ -e "$clone" ] && { echo "bench/cold_run.sh: $clone exists; a cold run needs a new clone" >&2; exit 2; }
+    [ "$#" -gt 0 ] || { echo "bench/cold/cold_run.sh: name at least one notebook" >&2; exit 2; }
+    [ -e "$clone" ] && { echo "bench/cold/cold_run.sh: $clone exists; a cold run needs a new clone" >&2; exit 2; }
     scale="${SCALE:-cpu}"
     git clone -q "$repo" "$clone"
     clone="$(cd "$clone" && pwd)"
@@ -87,7 +87,7 @@ for dataset in config.FAMILY_A_DATASETS:
         stage_a_for(build(dataset, 'size-matched', scale)[1], scale, seed)"
     fi
     if [ "${PARTS:-0}" = 1 ]; then
-        .venv/bin/python bench/cold_parts.py restore "$clone" --scale "$scale"
+        .venv/bin/python bench/cold/cold_parts.py restore "$clone" --scale "$scale"
     fi
     run_cold_notebooks "$scale" "" "" "$@"
     tail -n "$#" "artifacts/$scale/run_times.csv"

@@ -1,17 +1,17 @@
-# Shared by bench/cold_run.sh and bench/cold_resume.sh; sourced, not run.
+# Shared by bench/cold/cold_run.sh and bench/cold/cold_resume.sh; sourced, not run.
 
 # run_cold_notebooks SCALE LOG CPU NOTEBOOK...: in the clone (the working directory), run each
-# notebook with --record while bench/cpu_busy.py samples the busy cores into
+# notebook with --record while bench/cold/cpu_busy.py samples the busy cores into
 # artifacts/scratch/cpu_busy.txt (appending, so a resumed part adds to the first). A notebook
-# whose start LOG already holds is marked "(resumed run on CPU)", which bench/interrupted_run.py
+# whose start LOG already holds is marked "(resumed run on CPU)", which bench/cold/interrupted_run.py
 # reads; with no LOG every notebook starts plainly. A file artifacts/scratch/pause in the clone
 # ends the part before the next notebook (the script exits, no adoption), so that
-# bench/cold_parts.py can save the finished ones; bench/cold_resume.sh goes on from there.
+# bench/cold/cold_parts.py can save the finished ones; bench/cold/cold_resume.sh goes on from there.
 run_cold_notebooks() {
     local scale="$1" log="$2" cpu="$3" notebook sampler
     shift 3
     mkdir -p artifacts/scratch
-    .venv/bin/python bench/cpu_busy.py sample --out artifacts/scratch/cpu_busy.txt --every 10 &
+    .venv/bin/python bench/cold/cpu_busy.py sample --out artifacts/scratch/cpu_busy.txt --every 10 &
     sampler=$!
     trap "kill $sampler 2>/dev/null || true" EXIT
     for notebook in "$@"; do
@@ -33,9 +33,9 @@ run_cold_notebooks() {
 }
 
 # adopt_cold_run REPO CLONE SCALE [LOG NOTEBOOK...]: bring the clone's results into the checkout
-# REPO (bench/adopt_cold_run.py refuses other code), add the minutes before each kill of a
+# REPO (bench/cold/adopt_cold_run.py refuses other code), add the minutes before each kill of a
 # notebook the LOG marks resumed, up to when the busy-core sampler last saw the machine
-# (bench/interrupted_run.py), rewrite the cold time table (kept with the replaced one in
+# (bench/cold/interrupted_run.py), rewrite the cold time table (kept with the replaced one in
 # cold_run_history.csv), regenerate the step table and the
 # report, and verify. Then `memsafe compare` the run it replaces (kept first as a worktree of
 # REPO's HEAD beside REPO, previous-SCALE-run) against it (bench/compare_runs.py), and check
@@ -48,16 +48,16 @@ adopt_cold_run() {
     cd "$repo"
     previous="$(cd .. && pwd)/previous-$scale-run"
     [ -e "$previous" ] || git worktree add -q --detach "$previous" HEAD
-    (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python cold_run_history.py --scale "$scale" --if-present)
-    .venv/bin/python bench/adopt_cold_run.py "$clone" --scale "$scale"
+    (cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python cold_run_history.py --scale "$scale" --if-present)
+    .venv/bin/python bench/cold/adopt_cold_run.py "$clone" --scale "$scale"
     for notebook in "$@"; do
         if grep -q "^$notebook start .*(resumed run" "$log"; then
-            (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --log "$log" --notebook "$notebook" \
+            (cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py --log "$log" --notebook "$notebook" \
                 --scale "$scale" --busy "$clone/artifacts/scratch/cpu_busy.txt")
         fi
     done
-    (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python interrupted_run.py --scale "$scale")
-    (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python cold_run_history.py --scale "$scale")
+    (cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py --scale "$scale")
+    (cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python cold_run_history.py --scale "$scale")
     (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python notebook_steps.py --scale "$scale")
     .venv/bin/memsafe report --record
     .venv/bin/memsafe verify --scale "$scale"

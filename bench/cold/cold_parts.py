@@ -6,14 +6,14 @@ notebooks, tables, ledger entries, run_times rows, log and busy-core samples) is
 old one. ``save`` copies what the run's clone changed under ``artifacts/<scale>/`` (as
 ``memsafe_lib/reporting/adopt.py`` finds it: ``git status`` of the clone), the ledger lines and
 ``run_times.csv`` rows the checkout lacks, the log and the sampler's file into
-``bench/cold_parts/<scale>/``, which is committed; the committed tree and its verdicts stay
+``bench/cold/parts/<scale>/``, which is committed; the committed tree and its verdicts stay
 those of the run being replaced, so ``memsafe verify`` keeps passing meanwhile. ``restore``
 writes them into the fresh clone of the next part, before its notebooks run, so that the
-clone holds every finished notebook and ``bench/adopt_cold_run.py`` takes them all at the end:
+clone holds every finished notebook and ``bench/cold/adopt_cold_run.py`` takes them all at the end:
 
     touch ../cold/artifacts/scratch/pause                       # the part stops before its next notebook
-    bench/cold_parts.py save ../cold --log ../cold.log          # once the log says "paused before"
-    PARTS=1 bench/cold_run.sh ../cold 01_construction_audit 03_ablations > ../cold.log 2>&1
+    bench/cold/cold_parts.py save ../cold --log ../cold.log          # once the log says "paused before"
+    PARTS=1 bench/cold/cold_run.sh ../cold 01_construction_audit 03_ablations > ../cold.log 2>&1
 
 on the next machine: ``PARTS=1`` restores them after the install, and the new log starts with
 the parts' logs (``restore`` prints them).
@@ -43,18 +43,18 @@ from memsafe_lib.reporting.adopt import changed_files, clone_run_times, merge_le
 
 MANIFEST = "manifest.json"
 SAMPLES = Path("artifacts", "scratch", "cpu_busy.txt")
-"""Where ``bench/cold_lib.sh``'s busy-core sampler writes in a clone (it appends)."""
+"""Where ``bench/cold/cold_lib.sh``'s busy-core sampler writes in a clone (it appends)."""
 
 
 def parts_dir(checkout: Path, scale: str) -> Path:
-    return checkout / "bench" / "cold_parts" / scale
+    return checkout / "bench" / "cold" / "parts" / scale
 
 
 def checkout_root(script: Path, library: Path) -> Path:
-    """The checkout whose ``bench/cold_parts/`` this script reads and writes: its own repository.
+    """The checkout whose ``bench/cold/parts/`` this script reads and writes: its own repository.
     Refuses when the imported ``memsafe_lib`` is another tree's (a clone's venv runs the clone's
     library, whose fingerprint and folders are the clone's), rather than saving into the wrong one."""
-    checkout, library = script.resolve().parents[1], library.resolve()
+    checkout, library = script.resolve().parents[2], library.resolve()  # bench/cold/cold_parts.py
     if checkout != library:
         raise ValueError(f"this script is {checkout}'s but memsafe_lib is imported from {library}: run it with "
                          f"{checkout}'s python (or PYTHONPATH={checkout})")
@@ -79,7 +79,7 @@ def _write_text(path: Path, text: str) -> None:
 
 def running_notebook(log_text: str) -> str | None:
     """The notebook the log last started that has not finished, been paused before or ended
-    since (bench/cold_lib.sh's lines): its files in the clone are partial."""
+    since (bench/cold/cold_lib.sh's lines): its files in the clone are partial."""
     starts = list(re.finditer(r"^(\S+) start \S+", log_text, flags=re.M))
     if not starts:
         return None
@@ -118,7 +118,7 @@ def _cut_restored(log_text: str, restored: str) -> str:
 
 
 def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
-    """Replace ``bench/cold_parts/<scale>/`` by the clone's finished notebooks (every part it
+    """Replace ``bench/cold/parts/<scale>/`` by the clone's finished notebooks (every part it
     holds, restored ones included) and add its log and samples as the newest part. Refuses while
     a notebook runs (or was killed midway): pause the part between notebooks first."""
     dest = parts_dir(checkout, scale)
@@ -136,7 +136,7 @@ def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
     if saved - set(rows["notebook"]):
         lacking = saved - set(rows["notebook"])
         raise ValueError(f"{clone}: lacks the saved {', '.join(sorted(lacking))}; restore the saved parts into it "
-                         "before its notebooks run (PARTS=1 bench/cold_run.sh)")
+                         "before its notebooks run (PARTS=1 bench/cold/cold_run.sh)")
     if not set(rows["notebook"]) - saved:
         raise ValueError(f"{clone}: no notebook finished since the last save ({', '.join(sorted(saved))})")
     changed, deleted = changed_files(clone, scale)
