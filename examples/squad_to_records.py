@@ -1,8 +1,9 @@
 """SQuAD 2.0 (official JSON, .json or .json.gz) to memsafe records, one question per line.
 
-    python examples/squad_to_records.py \
-        "$MEMSAFE_DATA_DIR/squad2/reconstructed/dev-v2.0.explorer_reconstruction.json.gz" \
-        --out squad_records.jsonl --questions 400
+    python examples/squad_to_records.py --out squad_records.jsonl --questions 400
+
+reads SQuAD 2.0 dev from ``$MEMSAFE_DATA_DIR/squad2/`` (the complete file before a subset), or the
+file you name.
 
 A question's own paragraph is its evidence; other paragraphs of the same article are its
 distractors (``--distractors`` of them, in a salted-hash order), so every unit of a memory is on
@@ -21,11 +22,11 @@ import argparse
 import gzip
 import hashlib
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from memsafe_lib.data.loader import discover_files
 from memsafe_lib.io import write_jsonl
 from memsafe_lib.variants.construction import assign_split
 
@@ -34,6 +35,14 @@ SALT = "memsafe-example-squad-records-v1"
 
 def _rank(text: str) -> str:
     return hashlib.sha256(f"{SALT}\x1f{text}".encode()).hexdigest()
+
+
+def default_squad() -> Path:
+    """The SQuAD 2.0 dev file under ``$MEMSAFE_DATA_DIR/squad2/``: a complete one before a subset."""
+    found = [p for p in discover_files("squad2")[0] if p.name.startswith("dev-v2.0")]
+    if not found:
+        raise SystemExit("no SQuAD 2.0 dev file (dev-v2.0*.json[.gz]) under $MEMSAFE_DATA_DIR/squad2/; name one")
+    return sorted(found, key=lambda p: "subset" in p.name)[0]
 
 
 def read_squad(path: Path) -> list[dict[str, Any]]:
@@ -78,17 +87,20 @@ def to_records(articles: list[dict[str, Any]], distractors: int, questions: int)
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("squad", type=Path, help="SQuAD 2.0 JSON (dev-v2.0.json or a .json.gz of it)")
+    p.add_argument("squad", type=Path, nargs="?", default=None,
+                   help="SQuAD 2.0 JSON (dev-v2.0.json or a .json.gz of it); default: the one under "
+                        "$MEMSAFE_DATA_DIR/squad2/")
     p.add_argument("--out", type=Path, required=True, help="records .jsonl to write")
     p.add_argument("--distractors", type=int, default=4, help="other paragraphs per question (default %(default)s)")
     p.add_argument("--questions", type=int, default=0,
                    help="keep this many answerable questions, drawn by a hash of their id (default: all)")
     args = p.parse_args(argv)
-    records, counts = to_records(read_squad(args.squad), args.distractors, args.questions)
+    source = args.squad or default_squad()
+    records, counts = to_records(read_squad(source), args.distractors, args.questions)
     write_jsonl(args.out, records)
-    print(f"{args.out}: {len(records)} records", file=sys.stderr)
+    print(f"{args.out}: {len(records)} records from {source.name}")
     for key, n in sorted(counts.items()):
-        print(f"  {key}: {n}", file=sys.stderr)
+        print(f"  {key}: {n}")
     return 0
 
 

@@ -57,8 +57,8 @@ def render_card(cfg: Mapping[str, Any]) -> str:
                  f"{training.get('provenance_dropout', 'n/a')}), so memories without source positions are in "
                  "distribution")
     fp = cfg.get("fingerprint")
-    if fp:
-        lines.append(f"- fingerprint (code, data, settings): `{str(fp)[:16]}`")
+    if isinstance(fp, Mapping):
+        lines.append("- fingerprint: " + ", ".join(f"{k} `{str(v)[:12]}`" for k, v in sorted(fp.items())))
     lines += ["", "## How it reads a memory", "",
               f"- encoder `{encoder.get('model', '?')}`, {encoder.get('max_length', '?')}-token window per "
               "(question, unit) pair; a longer unit is read from its beginning only (`truncated_units` says how many)",

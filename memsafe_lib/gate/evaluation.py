@@ -86,8 +86,8 @@ def summary_lines(metrics: Mapping[str, Any]) -> list[str]:
 
 
 def reliability_figure(unsafe: np.ndarray, prob: np.ndarray, ece: float) -> Figure:
-    """Observed unsafe share against mean predicted probability per ECE bin; bar width shows nothing,
-    the count per bin is printed under the diagonal."""
+    """Observed unsafe share per ECE bin (bars) and each bin's mean predicted probability (dots):
+    a calibrated gate's dots sit on the diagonal."""
     fig = Figure(figsize=(4.2, 4.2))
     ax = fig.subplots()
     edges = np.linspace(0, 1, ECE_BINS + 1)
