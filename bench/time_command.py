@@ -40,7 +40,7 @@ from report import bench_parser, save_report  # bench/report.py (scripts run fro
 
 from memsafe_lib import config
 from memsafe_lib.io import replace_row
-from memsafe_lib.ledger import read_ledger
+from memsafe_lib.ledger import cpu_model, read_ledger
 from memsafe_lib.reporting.timings import command_history
 
 
@@ -99,7 +99,8 @@ def main() -> None:
             shutil.rmtree(private, ignore_errors=True)
     seconds = time.monotonic() - start
     row = {"command": args.label, "argv": " ".join(command), "exit_code": rc, "minutes": round(seconds / 60, 1),
-           "cores": os.cpu_count() or 1, "note": "; ".join(filter(None, [args.note, cache_note])), "commit": commit,
+           "seconds": round(seconds, 1), "cores": os.cpu_count() or 1, "cpu": cpu_model(),
+           "note": "; ".join(filter(None, [args.note, cache_note])), "commit": commit,
            "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     scale = config.scale_config(args.scale)
     table = replace_row(scale.output_dir(config.BENCH) / "commands.csv", row, key="command")
