@@ -203,11 +203,10 @@ def render(text: str, artifacts: Path | None = None) -> str:
 
 REPORT = config.REPO_ROOT / "paper" / "REPORT.md"
 GENERATED_DOCUMENTS: tuple[Path, ...] = (REPORT, config.REPO_ROOT / "README.md",
-                                         *(config.REPO_ROOT / "docs" / f"{name}.md"
-                                           for name in ("running", "run_history", "stage_a", "baselines",
-                                                        "constructions")))
+                                         *sorted(p for p in (config.REPO_ROOT / "docs").glob("*.md")
+                                                 if "<!-- memsafe:" in p.read_text(encoding="utf-8")))
 """Files with generated blocks: the report, the README's headline numbers and gate table, and
-the time tables of ``docs/running.md``."""
+every document under ``docs/`` that holds a marker (a new one is filled without registering it)."""
 
 
 def update_report(report: Path | None = None, artifacts: Path | None = None, out: Path | None = None) -> Path:
