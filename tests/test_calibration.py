@@ -10,6 +10,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
 from memsafe_lib.measures.calibration import (
+    MIN_CALIBRATION_MEMORIES,
     choose_temperature,
     fit_binary_temperature,
     fit_state_temperature,
@@ -97,3 +98,11 @@ def test_selective_summary_by_hand() -> None:
     point = operating_point(unsafe, [0.2, 0.9, 0.1, 0.5, 0.51, 0.8], 0.5)
     assert point["threshold"] == 0.5 and point["coverage"] == 0.5 and point["risk"] == pytest.approx(1 / 3)
     assert operating_point(unsafe, [0.1] * 6, None)["risk"] is None
+
+
+def test_too_few_validation_memories_fit_no_temperature() -> None:
+    y, p = _overconfident(n=MIN_CALIBRATION_MEMORIES - 1)
+    chosen = choose_temperature(y, p)
+    assert chosen.temperature == 1.0 and chosen.n == MIN_CALIBRATION_MEMORIES - 1
+    assert chosen.ece_after == chosen.ece_before == pytest.approx(expected_calibration_error(y, p))
+    assert choose_temperature(*_overconfident(n=MIN_CALIBRATION_MEMORIES * 20)).temperature > 1.5

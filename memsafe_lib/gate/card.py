@@ -12,6 +12,7 @@ from typing import Any
 from memsafe_lib import config as project
 from memsafe_lib.gate.model import DEFAULT_THRESHOLD, FORMS
 from memsafe_lib.io import atomic_open
+from memsafe_lib.measures.calibration import MIN_CALIBRATION_MEMORIES
 
 CARD = "card.md"
 
@@ -68,6 +69,11 @@ def render_card(cfg: Mapping[str, Any]) -> str:
     if calibration.get("temperature"):
         lines.append("Temperatures fitted on validation by log loss, kept where they lower the validation ECE; "
                      "scores are calibrated before they reach you (AUROC unchanged).")
+        few = {e.get("n") for e in calibration.get("ece", {}).values() if e.get("n", MIN_CALIBRATION_MEMORIES)
+               < MIN_CALIBRATION_MEMORIES}
+        if few:
+            lines.append(f"This gate had too few validation memories ({min(few)}, under {MIN_CALIBRATION_MEMORIES}) "
+                         "to fit one: its temperatures are 1 and its probabilities the set model's own.")
         lines += ["", "| input | unsafe temperature | state temperature | validation ECE before | after |",
                   "|---|---|---|---|---|"]
         for form in FORMS:

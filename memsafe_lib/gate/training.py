@@ -30,7 +30,7 @@ from memsafe_lib.estimators.split_metrics import EVAL_SPLITS, split_metrics
 from memsafe_lib.gate.card import write_card
 from memsafe_lib.gate.model import DEFAULT_THRESHOLD, FORMS, Gate, calibrate_scores
 from memsafe_lib.ledger import data_fingerprint, fingerprint, record_run
-from memsafe_lib.measures.calibration import choose_temperature, fit_state_temperature
+from memsafe_lib.measures.calibration import MIN_CALIBRATION_MEMORIES, choose_temperature, fit_state_temperature
 from memsafe_lib.measures.metrics import expected_calibration_error
 from memsafe_lib.measures.risk_coverage import operating_point
 from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split, construct
@@ -154,7 +154,8 @@ def fit_calibration(estimator: MemSafe, validation: Sequence[Variant]) -> dict[s
     for form, variants in zip(FORMS, (validation, bare), strict=True):
         pred = estimator.predict(variants)
         chosen = choose_temperature(unsafe, pred.unsafe_prob)
-        state_t = fit_state_temperature(states, np.asarray(pred.extras["state_prob"]), labels)
+        state_t = (fit_state_temperature(states, np.asarray(pred.extras["state_prob"]), labels)
+                   if len(validation) >= MIN_CALIBRATION_MEMORIES else 1.0)
         out["temperature"][form] = {"unsafe": chosen.temperature, "state": state_t}
         out["ece"][form] = chosen.to_dict()
         out["score" if form == FORMS[0] else "score_without_provenance"] = [float(x) for x in pred.unsafe_prob]
@@ -202,8 +203,11 @@ def calibration_lines(calibration: Mapping[str, Any]) -> list[str]:
     for form in FORMS:
         ece = calibration.get("ece", {}).get(form)
         if ece:
+            note = (f"too few validation memories to calibrate ({ece['n']} < {MIN_CALIBRATION_MEMORIES})"
+                    if ece.get("n", MIN_CALIBRATION_MEMORIES) < MIN_CALIBRATION_MEMORIES
+                    else f"temperature {ece['temperature']:.3g}")
             lines.append(f"  validation ECE {form.replace('_', ' '):<22} {ece['ece_before']:.4f} -> "
-                         f"{ece['ece_after']:.4f}  (temperature {ece['temperature']:.3g})")
+                         f"{ece['ece_after']:.4f}  ({note})")
     return lines
 
 

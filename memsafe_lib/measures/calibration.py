@@ -6,8 +6,9 @@ fitted on validation by log loss: ``T > 1`` softens an over-confident model, ``T
 sharpens a timid one, and the ranking (so every AUROC) is unchanged. The binary form acts on
 ``logit(p)``; the state form on ``log p`` of each state before a softmax.
 
-A temperature is kept only when it lowers the validation ECE (:func:`choose_temperature`):
-a model already calibrated keeps ``T = 1``.
+A temperature is kept only when it lowers the validation ECE (:func:`choose_temperature`)
+and is fitted only on :data:`MIN_CALIBRATION_MEMORIES` memories or more: a model already
+calibrated, or one with too few validation memories to tell, keeps ``T = 1``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from scipy.optimize import minimize_scalar
 from memsafe_lib.measures.metrics import expected_calibration_error
 
 EPS = 1e-7
+MIN_CALIBRATION_MEMORIES = 30
+"""Fewer validation memories than this fit no temperature: on a handful, the log-loss optimum runs
+to a bound (a smoke gate's six memories gave T = e^4) and the ECE that would approve it is noise."""
 LOG_T_BOUNDS = (-4.0, 4.0)
 """Temperatures between e^-4 (0.018) and e^4 (55): wide enough for any model we saw, bounded so
 a validation set of one class cannot send it to infinity."""
@@ -89,16 +93,23 @@ class Temperature:
     ece_before: float
     ece_after: float
     fitted: float
-    """The log-loss optimum; ``temperature`` is 1 when the optimum did not lower the ECE."""
+    """The log-loss optimum (1 when too few memories to fit); ``temperature`` is 1 when the
+    optimum did not lower the ECE."""
+    n: int = 0
+    """Validation memories it was chosen on."""
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
 def choose_temperature(unsafe: Sequence[bool] | np.ndarray, prob: Sequence[float] | np.ndarray) -> Temperature:
-    """Fit ``T`` by log loss and keep it when it lowers the validation ECE; otherwise ``T = 1``."""
-    fitted = fit_binary_temperature(unsafe, prob)
+    """Fit ``T`` by log loss and keep it when it lowers the validation ECE; otherwise (or with fewer
+    than :data:`MIN_CALIBRATION_MEMORIES` memories) ``T = 1``."""
     before = expected_calibration_error(unsafe, np.clip(np.asarray(prob, dtype=float), 0.0, 1.0))
+    n = len(np.asarray(prob))
+    if n < MIN_CALIBRATION_MEMORIES:
+        return Temperature(1.0, before, before, 1.0, n)
+    fitted = fit_binary_temperature(unsafe, prob)
     scaled = expected_calibration_error(unsafe, scale_binary(prob, fitted))
     keep = scaled < before
-    return Temperature(fitted if keep else 1.0, before, scaled if keep else before, fitted)
+    return Temperature(fitted if keep else 1.0, before, scaled if keep else before, fitted, n)
