@@ -4,7 +4,8 @@ dataset, scored the way an agent calls them (no provenance).
     MEMSAFE_RECORD=1 .venv/bin/python bench/gate_comparison.py --scale cpu
 
 Per gate: test unsafe AUROC on each QA dataset's test memories without provenance (the gate's
-own dataset in distribution, the others out of it); SQuAD 2.0 dev, native memories (another
+own dataset in distribution, the others out of it) and the ECE of its calibrated probabilities
+there (``test_ece_*``; ``test_ece_raw_*``: before calibration); SQuAD 2.0 dev, native memories (another
 dataset and construction, never trained on) with the share of units the gate read only in
 part; the unsafe probability of each hand-written memory of ``examples/memories.jsonl``; the
 gate's size on disk and the minutes it took to train (Stage A read from its cache when a
@@ -28,7 +29,7 @@ from memsafe_lib.config import FAMILY_A_DATASETS, ScaleConfig, scale_config
 from memsafe_lib.encodings.encoders import EncodingCache
 from memsafe_lib.estimators.controls import without_provenance
 from memsafe_lib.gate import Gate, read_memories, train_gate
-from memsafe_lib.measures.metrics import unsafe_auroc
+from memsafe_lib.measures.metrics import expected_calibration_error, unsafe_auroc
 from memsafe_lib.threads import configure_threads
 from memsafe_lib.variants.construction import Variant
 from memsafe_lib.variants.store import build
@@ -59,14 +60,19 @@ def _plain(value: object) -> object:
     return value
 
 
-def bare_auroc(gate: Gate, variants: list[Variant], cache: EncodingCache) -> tuple[float, float]:
-    """AUROC on the memories without provenance, and the share of units read only in part.
-    ``cache``: gates sharing fold encoders (pooled Stage A) encode each pair once."""
+def bare_scores(gate: Gate, variants: list[Variant], cache: EncodingCache) -> dict[str, float]:
+    """On the memories without provenance: AUROC, the ECE of the gate's calibrated probabilities
+    and of its raw ones, and the share of units read only in part. ``cache``: gates sharing fold
+    encoders (pooled Stage A) encode each pair once (and the raw pass reads them back)."""
     bare = [without_provenance(v) for v in variants]
+    unsafe = [v.unsafe for v in bare]
     out = gate.score_variants(bare, progress=True, cache=cache)
+    raw = gate.score_variants(bare, cache=cache, calibrate=False)
     units = sum(len(v.units) for v in bare)
-    cut = sum(o.truncated_units for o in out) / max(units, 1)
-    return unsafe_auroc([v.unsafe for v in bare], [o.unsafe_prob for o in out]), cut
+    return {"auroc": unsafe_auroc(unsafe, [o.unsafe_prob for o in out]),
+            "ece": expected_calibration_error(unsafe, [o.unsafe_prob for o in out]),
+            "ece_raw": expected_calibration_error(unsafe, [o.unsafe_prob for o in raw]),
+            "cut": sum(o.truncated_units for o in out) / max(units, 1)}
 
 
 def main() -> None:
@@ -91,8 +97,10 @@ def main() -> None:
                                   "window_tokens": gate.encoders[0].config.max_length,
                                   "scorer": gate.encoders[0].config.scorer}
         for d, variants in tests.items():
-            row[f"test_auroc_{d}"], _ = bare_auroc(gate, variants, cache)
-        row["squad2_dev_auroc"], row["squad2_units_cut"] = bare_auroc(gate, squad.variants, cache)
+            got = bare_scores(gate, variants, cache)
+            row |= {f"test_auroc_{d}": got["auroc"], f"test_ece_{d}": got["ece"], f"test_ece_raw_{d}": got["ece_raw"]}
+        got = bare_scores(gate, squad.variants, cache)
+        row["squad2_dev_auroc"], row["squad2_units_cut"] = got["auroc"], got["cut"]
         for memory, out in zip(examples, gate.score_many(examples), strict=True):
             row[f"example_{memory['id']}"] = out.unsafe_prob
         row["size_mb"] = round(sum(f.stat().st_size for f in path.iterdir()) / 2**20, 1)
