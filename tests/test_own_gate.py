@@ -161,3 +161,18 @@ def test_card_is_rewritten_from_config_alone(own_gate: OwnGate, tmp_path: Path) 
     with redirect_stdout(io.StringIO()):
         assert main(["card", "--gate", str(copy)]) == 0
     assert (copy / "card.md").read_text() == (own_gate.gate / "card.md").read_text()
+
+
+def test_scoring_ranks_each_memory_once_and_keeps_no_embedding_between_calls(own_gate: OwnGate) -> None:
+    """Both fold encoders read the same ranked pairs (the ranker ran once per fold before), and a
+    stream of chunks holds no unit embedding from an earlier chunk (it grew with the input)."""
+    gate = Gate.load(own_gate.gate)
+    calls: list[int] = []
+    top_units = gate.bi.top_units
+    gate.bi.top_units = lambda queries, memories, progress=False: calls.append(len(queries)) or top_units(  # type: ignore[method-assign]
+        queries, memories, progress)
+    memories = [{"query": f"Where was the founder of company {i} born?",
+                 "units": [f"Company {i} was founded by person {i}.", f"Unrelated fact {i}."]} for i in range(3)]
+    gate.score_many(memories)
+    assert calls == [3]
+    assert gate.bi._cache == {}  # type: ignore[attr-defined]

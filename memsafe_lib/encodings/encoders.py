@@ -466,6 +466,10 @@ class BiEncoder:
 
     description = "cosine of the pretrained encoder read as a bi-encoder (it has no trained relevance head)"
 
+    def forget(self) -> None:
+        """Drop the in-memory embeddings (a gate scoring a stream keeps none between chunks)."""
+        self._cache.clear()
+
     def at_window(self, max_length: int) -> BiEncoder:
         """The same model reading texts through a ``max_length``-token window, with its own
         memo (keyed by text only) and a disk key that holds the window."""
@@ -510,6 +514,10 @@ class PretrainedRanker(Protocol):
         """The same ranker reading its inputs through a ``max_length``-token window."""
         ...
 
+    def forget(self) -> None:
+        """Drop what it holds in memory between calls (its disk cache, if any, stays)."""
+        ...
+
 
 class CrossEncoderRanker:
     """The pretrained cross-encoder, unchanged: u_top is the unit its relevance head scores
@@ -522,6 +530,9 @@ class CrossEncoderRanker:
             raise ValueError(f"{model.config.model!r} has no trained relevance head; use BiEncoder")
         self.model = model
         self.cache = cache
+
+    def forget(self) -> None:
+        """Holds nothing in memory between calls."""
 
     def relevance(self, pairs: Sequence[Pair], progress: bool = False) -> np.ndarray:
         return encode_pairs(self.model, pairs, self.cache, progress=progress)[1]
@@ -581,9 +592,12 @@ def variant_pairs(variants: Sequence[object], bi: PretrainedRanker) -> tuple[lis
 
 def encode_variants(model: CrossEncoder, variants: Sequence[object], bi: PretrainedRanker,
                     cache: EncodingCache | None = None, *, progress: bool = True,
-                    stats: EncodeStats | None = None) -> list[VariantEncoding]:
-    """Stage A for a list of variants; shared units are encoded once thanks to the keys."""
-    plain, bridge, tops = variant_pairs(variants, bi)
+                    stats: EncodeStats | None = None,
+                    pairs: tuple[list[Pair], list[Pair], list[int]] | None = None) -> list[VariantEncoding]:
+    """Stage A for a list of variants; shared units are encoded once thanks to the keys.
+    ``pairs``: :func:`variant_pairs` of ``variants`` already ranked (both fold encoders of a test
+    memory read the same pairs: the ranker runs once)."""
+    plain, bridge, tops = pairs if pairs is not None else variant_pairs(variants, bi)
     reps, logits = encode_pairs(model, plain + bridge, cache, progress=progress, stats=stats)
     n = len(plain)
     out, start = [], 0

@@ -238,8 +238,9 @@ def encode_with_folds(encoders: tuple[CrossEncoder, CrossEncoder], variants: Seq
         for enc in encode_variants(encoders[1 - k], fold, bi, cache, progress=progress, stats=stats):
             out[enc.variant_id] = enc
     if rest:
-        first = encode_variants(encoders[0], rest, bi, cache, progress=progress, stats=stats)
-        second = encode_variants(encoders[1], rest, bi, cache, progress=progress, stats=stats)
+        pairs = variant_pairs(rest, bi)  # ranked once for both encoders
+        first = encode_variants(encoders[0], rest, bi, cache, progress=progress, stats=stats, pairs=pairs)
+        second = encode_variants(encoders[1], rest, bi, cache, progress=progress, stats=stats, pairs=pairs)
         for a, b in zip(first, second, strict=True):
             out[a.variant_id] = average(a, b)
     return [out[v.variant_id] for v in variants]  # type: ignore[attr-defined]

@@ -238,6 +238,7 @@ class Gate:
         # Every memory a gate sees is a test memory: the average of both fold encoders.
         as_test = [replace(v, split="test") for v in variants]
         enc = encode_with_folds(self.encoders, as_test, self.bi, cache, progress=progress)
+        self.bi.forget()  # a stream's memory stays flat: no unit embedding outlives its chunk
         units, prov = self.tokens(variants, enc)
         out = predict_sets(self.model, units, prov)
         unsafe, states = np.asarray(out.unsafe_prob, dtype=float), np.asarray(out.state_prob, dtype=float)
