@@ -120,8 +120,11 @@ stage_a
 # The same on our **blind-matched** and **blind-hard** constructions (notebook 01, section 4;
 # results in section 8 below): MemSafe, mean pooling, LexSet, TF-IDF and the blind controls
 # (on blind-hard also the shallow question-aware controls), each fitted on the construction's
-# own train split (Stage A included: its fold encoders learn the per-unit evidence of that
-# construction's memories, pooled over the three datasets as above).
+# own train split. Stage A is the one above: whether a unit is evidence for a question is the
+# same in every construction of these questions, so the fold encoders tuned on size-matched
+# memories encode the blind memories too (same question folds, so still cross-fitted), and
+# only the set models learn from the blind memories (`STAGE_A_TUNED_ON`). One Stage A instead
+# of three also encodes the pairs the constructions share once.
 
 # %%
 blind_requests = [EvaluationRequest(d, tuple(blind_matched_models), "blind-matched") for d in datasets]

@@ -152,3 +152,34 @@ def test_a_bi_encoder_gate_scores_after_a_round_trip_as_it_did_in_memory(tmp_pat
     test = splits["test"]
     scored = [o.unsafe_prob for o in gate.score_variants(test)]
     np.testing.assert_allclose(scored, model.predict(test).unsafe_prob, atol=1e-5)
+
+
+def test_blind_constructions_are_encoded_by_the_size_matched_stage_a(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One Stage A serves all three constructions: the fold encoders of blind-matched and
+    blind-hard tune on the size-matched training memories (and the pool's), while the memories
+    they encode stay the blind construction's own."""
+    from memsafe_lib.estimators import neural_context as N
+
+    calls: dict[str, dict] = {}
+
+    def capture(variants, config, seed, cache_dir, progress=True, **kw):  # type: ignore[no-untyped-def]
+        calls[variants[0].construction] = {"variants": list(variants), **kw}
+
+    monkeypatch.setattr(N, "run_stage_a", capture)
+    scale = scale_config("smoke")
+    results = {c: build("musique", c, scale)[1] for c in ("size-matched", "blind-matched", C.BLIND_HARD)}
+    for result in results.values():
+        N.stage_a_for(result, scale, 17, progress=False)
+    sized = calls["size-matched"]
+    tuned = {v.variant_id for v in results["size-matched"].variants if v.split == "train"}
+    assert {v.variant_id for v in sized["tune_on"]} == tuned
+    for construction in ("blind-matched", C.BLIND_HARD):
+        call = calls[construction]
+        assert call["variants"] == results[construction].variants  # its own memories are encoded
+        assert [v.variant_id for v in call["tune_on"]] == [v.variant_id for v in sized["tune_on"]]
+        assert [v.variant_id for v in call["pool_train"]] == [v.variant_id for v in sized["pool_train"]]
+        assert call["encoder_dir"] == sized["encoder_dir"]
+    frozen = {}
+    monkeypatch.setattr(N, "run_stage_a", lambda variants, *a, **kw: frozen.setdefault("kw", kw))
+    N.stage_a_for(results["blind-matched"], scale, 17, progress=False, frozen=True)
+    assert frozen["kw"]["pool_train"] == []  # a frozen Stage A tunes nothing

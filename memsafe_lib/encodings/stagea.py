@@ -220,9 +220,13 @@ def _fold_encoders(config: StageAConfig, train: Sequence[Variant], bi: Pretraine
 
 
 def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, cache_dir: Path,
-                progress: bool = True, *, pool_train: Sequence[Variant] = (),
+                progress: bool = True, *, tune_on: Sequence[Variant] | None = None, pool_train: Sequence[Variant] = (),
                 encoder_dir: Path | None = None, ranker_cache: Path | None = None) -> StageAResult:
     """Fold encoders and the encodings of every variant (train, validation and test).
+
+    ``tune_on``: the training memories that tune the fold encoders (default: ``variants``'
+    training split); another construction's memories of the same questions, so that one
+    Stage A serves several constructions (:data:`~memsafe_lib.estimators.neural_context.STAGE_A_TUNED_ON`).
 
     ``pool_train``: training memories of other datasets that the fold encoders also train on
     (each fold on the same hash fold of every dataset, so a training memory is still encoded
@@ -246,7 +250,7 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     timings: dict[str, float] = {}
     start = time.perf_counter()
     bi = make_ranker(config.encoder, ranker_store)
-    train = [v for v in variants if v.split == "train"]
+    train = [v for v in (variants if tune_on is None else tune_on) if v.split == "train"]
     encoders, sizes, files = _fold_encoders(config, train + pool, bi, seed, encoder_dir, progress)
     timings["finetune"] = time.perf_counter() - start
     stats = EncodeStats()

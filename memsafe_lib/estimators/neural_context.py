@@ -32,7 +32,7 @@ from memsafe_lib.ledger import code_fingerprint, module_fingerprint, record_run
 from memsafe_lib.parallel import side_by_side
 from memsafe_lib.precision import signature
 from memsafe_lib.progress import log, step
-from memsafe_lib.variants.construction import ConstructionResult, Variant, by_split
+from memsafe_lib.variants.construction import BLIND_HARD, ConstructionResult, Variant, by_split
 from memsafe_lib.variants.store import build
 from memsafe_lib.variants.supervision import training_subset, with_silver_training
 
@@ -70,13 +70,32 @@ def pool_training(result: ConstructionResult, scale: ScaleConfig) -> list[Varian
     return out
 
 
+STAGE_A_TUNED_ON: dict[str, str] = {"blind-matched": "size-matched", BLIND_HARD: "size-matched"}
+"""Constructions whose Stage A is another construction's. Stage A learns a property of a
+(question, unit) pair, whether the unit is evidence for the question, which is the same in
+every construction built from one dataset's questions; a construction only changes which
+negatives sit beside a question. The blind constructions (ours, not the paper's) therefore read
+the fold encoders the paper's size-matched memories tune, with their own memories encoded by
+them (cross-fitting holds: the same question folds), and only their set models train on their
+own memories. One Stage A then serves all three, and pairs shared between constructions are
+encoded once (the encoding cache is the dataset's)."""
+
+
+def stage_a_tuning(result: ConstructionResult, scale: ScaleConfig) -> ConstructionResult:
+    """The construction whose training memories tune ``result``'s fold encoders (with the pool's)."""
+    source = STAGE_A_TUNED_ON.get(result.construction)
+    return build(result.dataset, source, scale)[1] if source is not None else result
+
+
 def stage_a_for(result: ConstructionResult, scale: ScaleConfig, encoder_seed: int, device: str = "cpu",
                 progress: bool = True, frozen: bool = False, relevance_only: bool = False) -> StageAResult:
     stage_a = replace(StageAConfig.for_budget(scale.neural, device), frozen=frozen, relevance_only=relevance_only)
-    pool = pool_training(result, scale) if not frozen else []
+    tuning = stage_a_tuning(result, scale) if not frozen else result
+    pool = pool_training(tuning, scale) if not frozen else []
     joint = len({v.dataset for v in result.variants}) > 1  # a gate trained on several datasets
     return run_stage_a(result.variants, stage_a, encoder_seed, stage_a_dir(scale, result.dataset), progress,
-                       pool_train=pool, encoder_dir=pooled_encoder_dir(scale) if pool or joint else None,
+                       tune_on=[v for v in tuning.variants if v.split == "train"], pool_train=pool,
+                       encoder_dir=pooled_encoder_dir(scale) if pool or joint else None,
                        ranker_cache=pretrained_embeddings(scale, result.dataset))
 
 

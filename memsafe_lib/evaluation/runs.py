@@ -26,7 +26,7 @@ from memsafe_lib.encodings.encoders import default_device
 from memsafe_lib.estimators.blind import BLIND_CONTROLS, blind_set_config, embed_units
 from memsafe_lib.estimators.context import NeuralContext
 from memsafe_lib.estimators.controls import Predictions
-from memsafe_lib.estimators.neural_context import build_context, context_summary, fit_inputs
+from memsafe_lib.estimators.neural_context import STAGE_A_TUNED_ON, build_context, context_summary, fit_inputs
 from memsafe_lib.estimators.registry import (
     LEXSET_VARIANTS,
     SET_MODELS,
@@ -356,8 +356,10 @@ def _finish(run: _PreparedRun, seeds: Sequence[int], scale: ScaleConfig, progres
     }
     neural_settings: dict[str, Any] = {}
     if context is not None:
-        summary = context_summary(context)
-        neural_settings = {"budget": summary["budget"], "stage_b": summary["stage_b"]}
+        # which construction's training memories tuned Stage A (STAGE_A_TUNED_ON: blind ones read size matching's)
+        tuned_on = STAGE_A_TUNED_ON.get(result.construction, result.construction)
+        summary = {**context_summary(context), "stage_a_tuned_on": tuned_on}
+        neural_settings = {"budget": summary["budget"], "stage_b": summary["stage_b"], "stage_a_tuned_on": tuned_on}
         files["neural"] = write_json(out / "neural.json", summary)
     means = metrics[metrics["split"] == "test"].groupby("model")[["unsafe_auroc", "macro_f1"]].mean().round(4)
     name = request.dataset if request.folder == config.EVALUATE else f"{request.folder}:{request.dataset}"
