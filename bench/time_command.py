@@ -16,6 +16,11 @@ times with the machine's cache as it is.
     MEMSAFE_RECORD=1 .venv/bin/python bench/time_command.py --label "make test (fresh clone)" \\
         --cwd "$CLONE" -- bash .ci/run
 
+The row also holds the minutes of the heavy steps the command's progress lines report
+(``stage_a_finetune_minutes``, ``stage_a_encode_minutes``, ...; see
+``memsafe_lib/reporting/timings.py``); ``--steps-of LABEL`` adds them to a row timed before
+these columns existed, from its log on this machine.
+
 ``--history`` times nothing: it lists every timed command in the ledger, oldest first, with its
 CPU and code fingerprint (``commands.csv`` keeps only the latest per command), in
 ``artifacts/<scale>/bench/command_history.csv`` (the README's and REPORT's history of ``make
@@ -36,12 +41,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
 from report import bench_parser, save_report  # bench/report.py (scripts run from bench/)
 
 from memsafe_lib import config
 from memsafe_lib.io import replace_row
 from memsafe_lib.ledger import cpu_model, read_ledger
-from memsafe_lib.reporting.timings import command_history
+from memsafe_lib.reporting.timings import LINE, command_history, outermost, parse_steps
 
 
 def checkout_commit(cwd: Path) -> str:
@@ -51,6 +57,40 @@ def checkout_commit(cwd: Path) -> str:
         return subprocess.run(["git", *argv], cwd=cwd, capture_output=True, text=True).stdout.strip()
     head = git("rev-parse", "--short=12", "HEAD")
     return f"{head}-dirty" if head and git("status", "--porcelain", "--untracked-files=no") else head
+
+
+def step_minutes(log: Path) -> dict[str, float]:
+    """Minutes of the heavy steps the command's progress lines report (Stage A fine-tuning and
+    encoding, Stage B fits, ...: memsafe_lib/reporting/timings.py's kinds, outermost steps only),
+    so a cold time says where it went; kinds the command never ran are left out."""
+    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    lines = [line for line in text.replace("\r", "\n").splitlines() if LINE.search(line)]
+    spent: dict[str, float] = {}
+    for step in outermost(parse_steps(lines)):
+        spent[step.kind] = spent.get(step.kind, 0.0) + step.seconds / 60  # type: ignore[index]
+    return {f"{kind}_minutes": round(minutes, 1) for kind, minutes in spent.items()}
+
+
+def log_of(label: str) -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+    return config.artifacts_dir() / config.SCRATCH / "bench" / f"command-{slug}.log"
+
+
+def add_steps(args: argparse.Namespace) -> None:
+    """``--steps-of LABEL``: time nothing; add the step minutes of LABEL's last run (its log in
+    artifacts/scratch/bench/) to its row, for a row timed before the columns existed."""
+    scale = config.scale_config(args.scale)
+    path = scale.output_dir(config.BENCH) / "commands.csv"
+    table = pd.read_csv(path)
+    if args.steps_of not in set(table.command):
+        raise SystemExit(f"{path}: no row for {args.steps_of!r}")
+    log = log_of(args.steps_of)
+    if not log.is_file():
+        raise SystemExit(f"{log}: no log of {args.steps_of!r} on this machine")
+    row = {k: v for k, v in table[table.command == args.steps_of].iloc[0].items() if pd.notna(v)}
+    row.update(step_minutes(log))
+    table = replace_row(path, row, key="command")
+    save_report("command", "commands", args, [], {"last": row}, table=table)
 
 
 def record_history(args: argparse.Namespace) -> None:
@@ -69,6 +109,8 @@ def main() -> None:
                         help="run with this machine's private cache instead of an empty one (not a cold run)")
     parser.add_argument("--history", action="store_true",
                         help="time nothing: write command_history.csv, every timed command in the ledger")
+    parser.add_argument("--steps-of", metavar="LABEL",
+                        help="time nothing: add the step minutes of LABEL's last run (its log here) to its row")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -77,10 +119,14 @@ def main() -> None:
             parser.error("--history times nothing; give no command")
         record_history(args)
         return
+    if args.steps_of:
+        if command:
+            parser.error("--steps-of times nothing; give no command")
+        add_steps(args)
+        return
     if not command or not args.label:
         parser.error("give --label and the command after --")
-    slug = re.sub(r"[^a-z0-9]+", "-", args.label.lower()).strip("-")
-    log = config.artifacts_dir() / config.SCRATCH / "bench" / f"command-{slug}.log"
+    log = log_of(args.label)
     log.parent.mkdir(parents=True, exist_ok=True)
     commit = checkout_commit(Path(args.cwd))  # before the run: what was timed, not what records it
     start = time.monotonic()
@@ -101,7 +147,7 @@ def main() -> None:
     row = {"command": args.label, "argv": " ".join(command), "exit_code": rc, "minutes": round(seconds / 60, 1),
            "seconds": round(seconds, 1), "cores": os.cpu_count() or 1, "cpu": cpu_model(),
            "note": "; ".join(filter(None, [args.note, cache_note])), "commit": commit,
-           "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+           "finished_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **step_minutes(log)}
     scale = config.scale_config(args.scale)
     table = replace_row(scale.output_dir(config.BENCH) / "commands.csv", row, key="command")
     args.command = command
