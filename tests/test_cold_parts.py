@@ -224,3 +224,70 @@ def test_a_second_save_from_the_same_clone_keeps_only_what_ran_since_the_first(c
     assert "02_b start" in (parts / "part-1.log").read_text()
     manifest = json.loads((parts / "manifest.json").read_text())
     assert [p["notebooks"] for p in manifest["logs"]] == [["02_b"], ["03_c"]]
+
+
+FIT = "artifacts/cpu/evaluate/d/size-matched/.cache/concat_ce-17-abc.pkl"
+
+
+def test_a_notebook_too_long_for_one_machine_carries_its_fits_but_not_its_partial_tables(cold_parts,
+                                                                                         checkout: Path) -> None:
+    """save-midway: machine 1 runs 02_b alone and is recycled midway; its cached fits and log so
+    far go to the parts (its half-written table does not), machine 2 restores them, runs 02_b
+    again (marked resumed, reusing the fits) and saves it whole, which drops the carried fits."""
+    (checkout / ".gitignore").write_text((config.REPO_ROOT / ".gitignore").read_text())  # caches are ignored
+    _git("add", ".", cwd=checkout)
+    _git("commit", "-qm", "ignore", cwd=checkout)
+    first = _clone(checkout, "cold-1")
+    _write(first, "artifacts/cpu/02_b/table.csv", "half\n")  # a partial table of the running notebook
+    _write(first, FIT, "fit")
+    _write(first, "artifacts/cpu/evaluate/d/size-matched/metrics.csv", "partial\n")
+    log_1 = checkout.parent / "cold-1.log"
+    head = "cold run of 02_b at cpu on abc\n02_b start 2026-12-02T10:00:00Z\n"
+    log_1.write_text(head + "[memsafe 10:40:00 +40.0 min] d: concat_ce seed 17: fit and predict: done in 40.0 min\n")
+    with pytest.raises(ValueError, match="other code"):
+        (checkout / "bench/cold/parts/cpu").mkdir(parents=True)
+        (checkout / "bench/cold/parts/cpu/manifest.json").write_text(json.dumps(
+            {"code": ["old"], "logs": [], "run_times": []}))
+        cold_parts.save_midway(first, checkout, "cpu", log_1, code="new")
+    (checkout / "bench/cold/parts/cpu/manifest.json").unlink()
+    manifest = cold_parts.save_midway(first, checkout, "cpu", log_1, code="new")
+    saved = checkout / "bench/cold/parts/cpu"
+    assert manifest["fits"] == [FIT] and manifest["changed"] == [] and manifest["run_times"] == []
+    assert manifest["logs"] == [{"log": "part-1.log", "samples": "part-1.busy", "notebooks": [], "midway": "02_b"}]
+    assert (saved / "files" / FIT).read_text() == "fit"
+    assert not (saved / "files/artifacts/cpu/02_b/table.csv").exists()
+    with pytest.raises(ValueError, match="is still running"):
+        cold_parts.save(first, checkout, "cpu", log_1)  # a plain save still refuses the running notebook
+    _git("add", ".", cwd=checkout)
+    _git("commit", "-qm", "02_b midway", cwd=checkout)
+
+    second = _clone(checkout, "cold-2")
+    manifest, logs = cold_parts.restore(second, second, "cpu", code="new")
+    assert (second / FIT).read_text() == "fit" and logs == log_1.read_text()
+    assert (second / "artifacts/cpu/02_b/table.csv").read_text() == "y\n1\n"
+    _write(second, "artifacts/cpu/02_b/table.csv", "y\n2\n")
+    _write(second, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,70,new\n03_c,cpu,9,old\n")
+    own = ("cold_parts restore: (0 files, 0 ledger lines, 1 logs)\n02_b start 2026-12-03T09:00:00Z (resumed run on def)\n"
+           "[memsafe] notebook 02_b at scale cpu: done in 70.0 min\nend\n")
+    log_2 = checkout.parent / "cold-2.log"
+    log_2.write_text("cold run of 02_b at cpu on def\n" + logs + own)
+    manifest = cold_parts.save(second, checkout, "cpu", log_2)
+    assert [p["notebooks"] for p in manifest["logs"]] == [[], ["02_b"]]
+    assert "fits" not in manifest and not (saved / "files" / FIT).exists()
+    assert (saved / "part-1.log").read_text() == log_1.read_text()
+    assert (saved / "part-2.log").read_text() == "cold run of 02_b at cpu on def\n" + own
+
+
+def test_save_midway_refuses_without_a_running_notebook_or_with_an_unsaved_finished_one(cold_parts,
+                                                                                        checkout: Path) -> None:
+    first = _clone(checkout, "cold-1")
+    _write(first, FIT, "fit")
+    log = checkout.parent / "cold-1.log"
+    log.write_text("cold run of 02_b at cpu on abc\n02_b start 2026-12-02T10:00:00Z\n"
+                   "[memsafe] notebook 02_b at scale cpu: done in 50.0 min\nend\n")
+    with pytest.raises(ValueError, match="no notebook is running"):
+        cold_parts.save_midway(first, checkout, "cpu", log, code="new")
+    _write(first, "artifacts/cpu/run_times.csv", HEADER + "01_a,cpu,3,old\n02_b,cpu,50,new\n03_c,cpu,9,old\n")
+    log.write_text(log.read_text().replace("end\n", "03_c start 2026-12-02T10:50:00Z\n"))
+    with pytest.raises(ValueError, match="02_b finished there but is not saved"):
+        cold_parts.save_midway(first, checkout, "cpu", log, code="new")

@@ -18,6 +18,20 @@ clone holds every finished notebook and ``bench/cold/adopt_cold_run.py`` takes t
 on the next machine: ``PARTS=1`` restores them after the install, and the new log starts with
 the parts' logs (``restore`` prints them).
 
+A notebook longer than one machine's lease (notebook 02 at cpu: Stage A, then the concatenated
+cross-encoder on every training memory at 512 tokens, three seeds a dataset) runs alone in its
+part, and before the machine goes, ``save-midway`` carries its cached fits and its log so far
+(nothing of its half-written tables):
+
+    bench/cold/cold_parts.py save-midway ../cold --log ../cold.log     # while 02 runs; commit
+    PARTS=1 WARM_EMBEDDINGS=1 bench/cold/cold_run.sh ../cold 02_training > ../cold.log 2>&1   # next machine
+
+The next machine's 02 is marked resumed, loads every carried fit whose key it rebuilds (the
+concatenated cross-encoder's: keyed by its start's fine-tuning settings, not its weights, so on
+any machine of the same precision) and redoes the rest, Stage A included; interrupted_run.py adds
+the first part's minutes, so the row counts what both machines spent, the redone Stage A too.
+A plain ``save`` of the finished notebook drops the carried fits.
+
 The next part starts with empty caches, as the first did; a notebook that reads an earlier
 notebook's caches pays for them again (say so beside the minutes). Every saved notebook must
 carry the code fingerprint of the checkout that restores it, or ``restore`` refuses: a part
@@ -171,6 +185,68 @@ def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
     return manifest
 
 
+def fit_caches(clone: Path, scale: str) -> list[str]:
+    """The clone's cached (model, seed) fits (``artifacts/<scale>/evaluate/**/.cache/*.pkl``,
+    :func:`memsafe_lib.evaluation.runs.fit_and_predict`'s), relative to its root: each holds one
+    fit's predictions under a key of the code, precision, data and what the model read, so a
+    resumed notebook on another machine reuses exactly those whose inputs it rebuilds alike."""
+    root = clone / "artifacts" / scale / config.EVALUATE
+    return sorted(p.relative_to(clone).as_posix() for p in root.glob("**/.cache/*.pkl"))
+
+
+def save_midway(clone: Path, checkout: Path, scale: str, log: Path, code: str) -> dict:
+    """Carry a notebook that cannot finish on this machine: add the clone's cached fits and its
+    log so far (a part with no finished notebook) to ``bench/cold/parts/<scale>/``. The next
+    machine restores them; its run of the notebook is marked resumed, reuses every carried fit
+    whose key it rebuilds (a fit that reads no Stage A weights, such as the concatenated
+    cross-encoder's, keyed by its start's fine-tuning settings, on any machine of the same
+    precision; the set models' fits where Stage A's weights come out the same) and redoes the
+    rest, and bench/cold/interrupted_run.py adds this part's minutes to its row. Nothing of the
+    running notebook's partial tables is carried, so the long notebook must run alone in its
+    part: every notebook the clone finished must be saved already (:func:`save`)."""
+    dest = parts_dir(checkout, scale)
+    log_text = log.read_text(encoding="utf-8")
+    running = running_notebook(log_text)
+    if running is None:
+        raise ValueError(f"{log}: no notebook is running in {clone}; save finished notebooks with 'save'")
+    old = (json.loads((dest / MANIFEST).read_text()) if (dest / MANIFEST).exists() else
+           {"scale": scale, "code": [code[:12]], "changed": [], "deleted": [], "ledger_lines": [], "run_times": [],
+            "logs": []})
+    if old["code"] != [code[:12]]:
+        raise ValueError(f"{dest / MANIFEST}: the saved parts ran on code {', '.join(old['code'])}, this checkout's "
+                         f"is {code[:12]}; a part on other code cannot join the run")
+    unsaved = set(clone_run_times(clone, checkout, scale)["notebook"]) - {r["notebook"] for r in old["run_times"]}
+    if unsaved:
+        raise ValueError(f"{clone}: {', '.join(sorted(unsaved))} finished there but is not saved, and only "
+                         f"{running}'s fits would be; run a notebook that needs more than one machine alone in its "
+                         "part (bench/cold/cold_run.sh CLONE NOTEBOOK)")
+    fits = fit_caches(clone, scale)
+    if not fits:
+        raise ValueError(f"{clone}: {running} has no finished fit yet; nothing to carry")
+    staged = dest.with_name(dest.name + ".new")
+    shutil.rmtree(staged, ignore_errors=True)
+    if dest.exists():
+        shutil.copytree(dest, staged)
+    for path in fits:
+        if not (staged / "files" / path).exists():  # content-keyed: a saved one is the same fit
+            _copy(clone / path, staged / "files" / path)
+    logs = list(old["logs"])
+    restored = "".join((dest / p["log"]).read_text(encoding="utf-8") for p in logs)
+    samples = clone / SAMPLES
+    sample_text = samples.read_text(encoding="utf-8") if samples.exists() else ""
+    restored_samples = "".join((dest / p["samples"]).read_text(encoding="utf-8") for p in logs)
+    sample_text = sample_text[len(restored_samples):] if sample_text.startswith(restored_samples) else sample_text
+    n = len(logs) + 1
+    part = {"log": f"part-{n}.log", "samples": f"part-{n}.busy", "notebooks": [], "midway": running}
+    _write_text(staged / part["log"], portable(_cut_restored(log_text, restored), clone))
+    _write_text(staged / part["samples"], sample_text)
+    manifest = {**old, "fits": sorted(set(old.get("fits", [])) | set(fits)), "logs": [*logs, part]}
+    _write_text(staged / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    staged.rename(dest)
+    return manifest
+
+
 def restore(checkout: Path, clone: Path, scale: str, code: str) -> tuple[dict, str]:
     """Write the saved parts into a fresh clone of ``checkout`` (files, ledger lines, run_times
     rows, the parts' busy-core samples into the clone's sampler file) and return the manifest
@@ -182,7 +258,7 @@ def restore(checkout: Path, clone: Path, scale: str, code: str) -> tuple[dict, s
     if manifest["code"] != [code[:12]]:
         raise ValueError(f"{dest / MANIFEST}: the saved notebooks ran on code {', '.join(manifest['code'])}, "
                          f"this checkout's is {code[:12]}; a part on other code cannot join the run")
-    for path in manifest["changed"]:
+    for path in [*manifest["changed"], *manifest.get("fits", [])]:  # fits: a notebook saved midway
         _copy(dest / "files" / path, clone / path)
     for path in manifest["deleted"]:
         (clone / path).unlink(missing_ok=True)
@@ -190,10 +266,11 @@ def restore(checkout: Path, clone: Path, scale: str, code: str) -> tuple[dict, s
     merged = merge_ledger_lines(_lines(ledger), manifest["ledger_lines"])
     _write_text(ledger, "".join(line + "\n" for line in merged))
     times = clone / "artifacts" / scale / config.RUN_TIMES_FILE
-    rows = pd.DataFrame(manifest["run_times"])
-    old = read_csv(times) if times.exists() else rows.iloc[:0]
-    write_csv(times, pd.concat([old[~old["notebook"].isin(rows["notebook"])], rows],
-                               ignore_index=True).sort_values("notebook"))
+    if manifest["run_times"]:  # none when the only part is a notebook saved midway
+        rows = pd.DataFrame(manifest["run_times"])
+        old = read_csv(times) if times.exists() else rows.iloc[:0]
+        write_csv(times, pd.concat([old[~old["notebook"].isin(rows["notebook"])], rows],
+                                   ignore_index=True).sort_values("notebook"))
     _write_text(clone / SAMPLES, "".join((dest / p["samples"]).read_text(encoding="utf-8")
                                          for p in manifest["logs"]))
     return manifest, "".join((dest / p["log"]).read_text(encoding="utf-8") for p in manifest["logs"])
@@ -201,7 +278,7 @@ def restore(checkout: Path, clone: Path, scale: str, code: str) -> tuple[dict, s
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("save", "restore", "drop"))
+    parser.add_argument("action", choices=("save", "save-midway", "restore", "drop"))
     parser.add_argument("clone", type=Path, nargs="?", help="the run's clone (not for drop)")
     parser.add_argument("--log", type=Path, help="save: the run's log (restore prints the saved parts' logs)")
     parser.add_argument("--scale", default="cpu")
@@ -212,10 +289,16 @@ def main() -> int:
             shutil.rmtree(parts_dir(checkout, args.scale), ignore_errors=True)
             print(f"removed {parts_dir(checkout, args.scale)}")
             return 0
-        if args.clone is None or (args.action == "save" and args.log is None):
-            parser.error(f"{args.action} needs CLONE{' and --log' if args.action == 'save' else ''}")
+        saving = args.action in ("save", "save-midway")
+        if args.clone is None or (saving and args.log is None):
+            parser.error(f"{args.action} needs CLONE{' and --log' if saving else ''}")
         if args.action == "save":
             done = save(args.clone.resolve(), checkout, args.scale, args.log)
+        elif args.action == "save-midway":
+            done = save_midway(args.clone.resolve(), checkout, args.scale, args.log, code_fingerprint())
+            print(f"cold_parts save-midway: {done['logs'][-1]['midway']} so far, {len(done['fits'])} cached fits, "
+                  f"{len(done['logs'])} logs")
+            return 0
         else:
             done, logs = restore(checkout, args.clone.resolve(), args.scale, code_fingerprint())
             sys.stdout.write(logs)
