@@ -89,6 +89,8 @@ def add_steps(args: argparse.Namespace) -> None:
         raise SystemExit(f"{log}: no log of {args.steps_of!r} on this machine")
     row = {k: v for k, v in table[table.command == args.steps_of].iloc[0].items() if pd.notna(v)}
     row.update(step_minutes(log))
+    if args.note:  # a condition learnt after the run (the CPU's units, work beside it)
+        row["note"] = args.note
     table = replace_row(path, row, key="command")
     save_report("command", "commands", args, [], {"last": row}, table=table)
 
@@ -110,7 +112,8 @@ def main() -> None:
     parser.add_argument("--history", action="store_true",
                         help="time nothing: write command_history.csv, every timed command in the ledger")
     parser.add_argument("--steps-of", metavar="LABEL",
-                        help="time nothing: add the step minutes of LABEL's last run (its log here) to its row")
+                        help="time nothing: add the step minutes of LABEL's last run (its log here) to its row "
+                             "(and replace its note with --note, if given)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

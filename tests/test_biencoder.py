@@ -183,3 +183,21 @@ def test_blind_constructions_are_encoded_by_the_size_matched_stage_a(monkeypatch
     monkeypatch.setattr(N, "run_stage_a", lambda variants, *a, **kw: frozen.setdefault("kw", kw))
     N.stage_a_for(results["blind-matched"], scale, 17, progress=False, frozen=True)
     assert frozen["kw"]["pool_train"] == []  # a frozen Stage A tunes nothing
+
+
+def test_fold_encoders_shared_by_a_pool_share_their_encodings(tmp_path: object) -> None:
+    """A pool's datasets (and a joint gate) tune one pair of fold encoders; the pairs one of them
+    encoded are read back by the next, not encoded again in a per-dataset file (a joint cpu gate
+    once encoded MuSiQue's pairs twice: for itself and for the Stage B grid)."""
+    from tests.test_finetune import query
+
+    variants = C.build_size_matched([query(i) for i in range(30)]).variants
+    config = S.StageAConfig(replace(CONFIG, scorer="cross", max_length=48, batch_size=16),
+                            F.FinetuneConfig(max_pairs=16, batch_size=8, bf16=False))
+    shared = tmp_path / "pooled"  # type: ignore[operator]
+    first = S.run_stage_a(variants, config, 17, tmp_path / "joint", progress=False, encoder_dir=shared)  # type: ignore[operator]
+    again = S.run_stage_a(variants, config, 17, tmp_path / "musique", progress=False, encoder_dir=shared)  # type: ignore[operator]
+    assert first.stats.encoded > 0
+    assert again.stats.encoded == 0 and again.stats.from_cache == again.stats.unique == first.stats.unique
+    for variant_id, e in first.encodings.items():
+        assert np.array_equal(e.plain, again.encodings[variant_id].plain)

@@ -231,14 +231,18 @@ def run_stage_a(variants: Sequence[Variant], config: StageAConfig, seed: int, ca
     ``pool_train``: training memories of other datasets that the fold encoders also train on
     (each fold on the same hash fold of every dataset, so a training memory is still encoded
     only by the encoder that never saw its question); their encoders are saved in
-    ``encoder_dir`` (shared by the pool's datasets, which then tune them once).
+    ``encoder_dir`` (shared by the pool's datasets, which then tune them once), beside the
+    encodings they compute (one cache for the pool: notebook 02's datasets and a joint gate
+    encode a pair once between them).
     ``ranker_cache``: the SQLite file of the pretrained ranker's scores and embeddings (default:
     beside the pooled encoders, or in the encoding cache), which other runs may share: its keys
     hold the weights, window and text."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     encoder_dir = encoder_dir or cache_dir
     encoder_dir.mkdir(parents=True, exist_ok=True)
-    cache = EncodingCache(cache_dir / "encodings.sqlite")
+    # one encoding cache per set of fold encoders: the pooled datasets and a joint gate read the
+    # same file, so a pair one of them encoded is read back by the others (its key holds the weights)
+    cache = EncodingCache(encoder_dir / "encodings.sqlite")
     pool = [v for v in pool_train if v.split == "train"]
     # a pool's datasets rank each other's training memories (u_top of every training pair):
     # one ranker cache beside their shared encoders, so each unit is embedded once for all
