@@ -87,7 +87,8 @@ def add_steps(args: argparse.Namespace) -> None:
     log = log_of(args.steps_of)
     if not log.is_file():
         raise SystemExit(f"{log}: no log of {args.steps_of!r} on this machine")
-    row = {k: v for k, v in table[table.command == args.steps_of].iloc[0].items() if pd.notna(v)}
+    row = {k: (v.item() if hasattr(v, "item") else v)  # plain values: the ledger holds JSON
+           for k, v in table[table.command == args.steps_of].iloc[0].items() if pd.notna(v)}
     row.update(step_minutes(log))
     if args.note:  # a condition learnt after the run (the CPU's units, work beside it)
         row["note"] = args.note
