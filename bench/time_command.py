@@ -90,6 +90,7 @@ def add_steps(args: argparse.Namespace) -> None:
     row = {k: (v.item() if hasattr(v, "item") else v)  # plain values: the ledger holds JSON
            for k, v in table[table.command == args.steps_of].iloc[0].items() if pd.notna(v)}
     row.update(step_minutes(log))
+    args.cwd = "this checkout"  # as a timed run records it: the ledger names no machine's paths
     if args.note:  # a condition learnt after the run (the CPU's units, work beside it)
         row["note"] = args.note
     table = replace_row(path, row, key="command")
