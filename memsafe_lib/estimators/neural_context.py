@@ -78,7 +78,7 @@ negatives sit beside a question. The blind constructions (ours, not the paper's)
 the fold encoders the paper's size-matched memories tune, with their own memories encoded by
 them (cross-fitting holds: the same question folds), and only their set models train on their
 own memories. One Stage A then serves all three, and pairs shared between constructions are
-encoded once (the encoding cache is the dataset's)."""
+encoded once (one encoding cache beside the fold encoders)."""
 
 
 def stage_a_tuning(result: ConstructionResult, scale: ScaleConfig) -> ConstructionResult:
