@@ -131,6 +131,17 @@ def _cut_restored(log_text: str, restored: str) -> str:
     return "".join(lines[:at - n] + lines[at:])
 
 
+def own_log_and_samples(clone: Path, dest: Path, logs: list[dict], log_text: str) -> tuple[str, str]:
+    """This part's own log (portable) and busy-core samples: each part keeps its own, so what
+    restore put into this clone from the saved ``logs`` is cut out of both."""
+    own_log = portable(_cut_restored(log_text, "".join((dest / p["log"]).read_text(encoding="utf-8") for p in logs)),
+                       clone)
+    samples = clone / SAMPLES
+    sample_text = samples.read_text(encoding="utf-8") if samples.exists() else ""
+    restored = "".join((dest / p["samples"]).read_text(encoding="utf-8") for p in logs)
+    return own_log, sample_text[len(restored):] if sample_text.startswith(restored) else sample_text
+
+
 def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
     """Replace ``bench/cold/parts/<scale>/`` by the clone's finished notebooks (every part it
     holds, restored ones included) and add its log and samples as the newest part. Refuses while
@@ -157,14 +168,8 @@ def save(clone: Path, checkout: Path, scale: str, log: Path) -> dict:
     ledger = Path("artifacts", scale, config.LEDGER_FILE)
     known = set(_lines(checkout / ledger))
     new_lines = [line for line in _lines(clone / ledger) if line not in known]
-    log_text = log.read_text(encoding="utf-8")
-    samples = clone / SAMPLES
-    sample_text = samples.read_text(encoding="utf-8") if samples.exists() else ""
-    logs = list(old["logs"])  # each part keeps its own log: what restore put in this one is cut out
-    log_text = portable(_cut_restored(log_text, "".join((dest / p["log"]).read_text(encoding="utf-8") for p in logs)),
-                        clone)
-    restored_samples = "".join((dest / p["samples"]).read_text(encoding="utf-8") for p in logs)
-    sample_text = sample_text[len(restored_samples):] if sample_text.startswith(restored_samples) else sample_text
+    logs = list(old["logs"])
+    log_text, sample_text = own_log_and_samples(clone, dest, logs, log.read_text(encoding="utf-8"))
     staged = dest.with_name(dest.name + ".new")
     shutil.rmtree(staged, ignore_errors=True)
     for path in changed:
@@ -231,14 +236,10 @@ def save_midway(clone: Path, checkout: Path, scale: str, log: Path, code: str) -
         if not (staged / "files" / path).exists():  # content-keyed: a saved one is the same fit
             _copy(clone / path, staged / "files" / path)
     logs = list(old["logs"])
-    restored = "".join((dest / p["log"]).read_text(encoding="utf-8") for p in logs)
-    samples = clone / SAMPLES
-    sample_text = samples.read_text(encoding="utf-8") if samples.exists() else ""
-    restored_samples = "".join((dest / p["samples"]).read_text(encoding="utf-8") for p in logs)
-    sample_text = sample_text[len(restored_samples):] if sample_text.startswith(restored_samples) else sample_text
+    own_log, sample_text = own_log_and_samples(clone, dest, logs, log_text)
     n = len(logs) + 1
     part = {"log": f"part-{n}.log", "samples": f"part-{n}.busy", "notebooks": [], "midway": running}
-    _write_text(staged / part["log"], portable(_cut_restored(log_text, restored), clone))
+    _write_text(staged / part["log"], own_log)
     _write_text(staged / part["samples"], sample_text)
     manifest = {**old, "fits": sorted(set(old.get("fits", [])) | set(fits)), "logs": [*logs, part]}
     _write_text(staged / MANIFEST, json.dumps(manifest, indent=1) + "\n")
