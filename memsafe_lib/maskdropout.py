@@ -63,15 +63,43 @@ def dropout_module(p: float, mask: bool) -> nn.Module:
     return MaskDropout(p) if mask else nn.Dropout(p)
 
 
+ATTENTION_CHUNK = 1 << 22
+"""Attention weights (elements) computed at once: a few batch items, about 16 MB in fp32."""
+
+
 def attention_scores(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
                      scaling: float, dropout: float) -> torch.Tensor:
     """Scaled dot-product attention written out, with :func:`mask_dropout` on its weights;
-    (batch, heads, tokens, dim) in, (batch, tokens, heads, dim) out, as transformers expects."""
-    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        weights = weights + attention_mask
-    weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
-    return torch.matmul(mask_dropout(weights, dropout), value).transpose(1, 2).contiguous()
+    (batch, heads, tokens, dim) in, (batch, tokens, heads, dim) out, as transformers expects.
+
+    Computed a few batch items at a time (:data:`ATTENTION_CHUNK`): at 512 tokens a batch's
+    weights are hundreds of MB, and the softmax, cast and mask passes over them, not the
+    matmuls, set the pace unless each item's weights stay in cache (``bench/bench_finetune.py``).
+    The masks are drawn once for the whole batch, so they are those of ``mask_dropout(weights)``;
+    the 1 / (1 - p) scale is applied to the output, where it is the same number for 1/8 of the work
+    (at 512 tokens and 64-dim heads: less still)."""
+    batch, heads, tokens, keys = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
+    per_item = heads * tokens * keys
+    step = max(1, ATTENTION_CHUNK // per_item)
+    dropped = round(dropout * LEVELS)
+    slices = None
+    if dropped:
+        n = batch * per_item
+        words = torch.empty((n + 3) // 4, dtype=torch.int64, device=query.device).random_(-2**63, None)
+        slices = words.view(torch.int16)[:n].view(batch, heads, tokens, keys)
+    outputs = []
+    for i in range(0, batch, step):
+        weights = torch.matmul(query[i:i + step], key[i:i + step].transpose(2, 3)) * scaling
+        if attention_mask is not None:
+            weights = weights + (attention_mask[i:i + step] if attention_mask.shape[0] > 1 else attention_mask)
+        weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
+        if slices is not None:
+            weights = weights.masked_fill(slices[i:i + step] < dropped - LEVELS // 2, 0.0)
+        outputs.append(torch.matmul(weights, value[i:i + step]))
+    out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
+    if dropped:
+        out = out * (LEVELS / (LEVELS - dropped))
+    return out.transpose(1, 2).contiguous()
 
 
 def _attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

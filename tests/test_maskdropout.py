@@ -55,6 +55,27 @@ def test_attention_written_out_equals_torch_sdpa_without_dropout_and_is_seeded_w
     assert not torch.allclose(dropped, ours)
 
 
+def test_attention_is_computed_a_few_items_at_a_time_with_the_masks_of_the_whole_batch(monkeypatch) -> None:
+    """At 512 tokens a batch's attention weights are hundreds of MB and the elementwise steps on
+    them, not the matmuls, set the pace; computed item by item they stay in cache. The result
+    must be the written-out definition: mask_dropout drawn once over the whole batch's weights."""
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(5, 3, 6, 4, generator=gen) for _ in range(3))
+    additive = torch.zeros(5, 1, 1, 6)
+    additive[2, ..., 4:] = torch.finfo(torch.float32).min
+    torch.manual_seed(9)
+    weights = torch.softmax(q @ k.transpose(2, 3) * 0.5 + additive, dim=-1)
+    reference = (maskdropout.mask_dropout(weights, 0.3) @ v).transpose(1, 2)
+    softmax_sizes: list[int] = []
+    real_softmax = torch.softmax
+    monkeypatch.setattr(torch, "softmax", lambda x, *a, **kw: softmax_sizes.append(x.numel()) or real_softmax(x, *a, **kw))
+    monkeypatch.setattr(maskdropout, "ATTENTION_CHUNK", 2 * 3 * 6 * 6)  # two items at a time
+    torch.manual_seed(9)
+    ours = attention_scores(q, k, v, additive, 0.5, 0.3)
+    assert torch.allclose(ours, reference, atol=1e-6)
+    assert softmax_sizes == [2 * 108, 2 * 108, 108]
+
+
 def test_an_encoder_trains_on_mask_dropout_and_then_encodes_exactly_as_before(monkeypatch) -> None:
     model = small_model()
     pairs = [E.Pair("where is the harbor?", "The harbor ship cargo."), E.Pair("a comet?", "Comet orbit.")]
