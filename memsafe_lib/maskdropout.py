@@ -11,7 +11,8 @@ and the kept elements are scaled by its inverse, as inverted dropout does.
 Hugging Face encoder to it while it trains, the attention weights' dropout included (through
 an attention function of its own, registered with transformers, that writes the attention
 out only while training with dropout and otherwise calls transformers' SDPA attention).
-``bench/bench_finetune.py`` measures it; on Stage B: ``artifacts/cpu/bench/stage_b_dropout_musique.csv``.
+``bench/bench_finetune.py`` measures the masks, ``bench/attention_chunk.py`` the attention; on
+Stage B: ``artifacts/cpu/bench/stage_b_dropout_musique.csv``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -30,15 +32,21 @@ ATTENTION = "memsafe_mask_dropout"
 """The name the attention function is registered under in transformers."""
 
 
+def uniform_slices(shape: torch.Size | tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """int16 values of ``shape``, each uniform on [-32768, 32767]: four per 64-bit draw of
+    torch's seeded generator. An element is dropped where its slice is below
+    ``dropped - LEVELS // 2`` (``dropped`` of the 65,536 levels)."""
+    n = int(np.prod(shape))
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2**63, None)
+    return words.view(torch.int16)[:n].view(shape)
+
+
 def mask_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """``x`` with a fraction ``p`` of its elements zeroed and the rest scaled by 1 / (1 - p)."""
     dropped = round(p * LEVELS)
     if dropped == 0:
         return x
-    n = x.numel()
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device).random_(-2**63, None)
-    slices = words.view(torch.int16)[:n].view(x.shape)  # each uniform on [-32768, 32767]
-    keep = (slices >= dropped - LEVELS // 2).to(x.dtype)
+    keep = (uniform_slices(x.shape, x.device) >= dropped - LEVELS // 2).to(x.dtype)
     return x * keep * (LEVELS / (LEVELS - dropped))
 
 
@@ -74,19 +82,15 @@ def attention_scores(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
     Computed a few batch items at a time (:data:`ATTENTION_CHUNK`): at 512 tokens a batch's
     weights are hundreds of MB, and the softmax, cast and mask passes over them, not the
-    matmuls, set the pace unless each item's weights stay in cache (``bench/bench_finetune.py``).
+    matmuls, set the pace unless each item's weights stay in cache (``bench/attention_chunk.py``).
     The masks are drawn once for the whole batch, so they are those of ``mask_dropout(weights)``;
-    the 1 / (1 - p) scale is applied to the output, where it is the same number for 1/8 of the work
-    (at 512 tokens and 64-dim heads: less still)."""
+    the 1 / (1 - p) scale is applied to the output instead of the weights: the same result, on
+    ``dim`` numbers per query token instead of ``keys`` (32 against up to 512 for MiniLM)."""
     batch, heads, tokens, keys = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
     per_item = heads * tokens * keys
     step = max(1, ATTENTION_CHUNK // per_item)
     dropped = round(dropout * LEVELS)
-    slices = None
-    if dropped:
-        n = batch * per_item
-        words = torch.empty((n + 3) // 4, dtype=torch.int64, device=query.device).random_(-2**63, None)
-        slices = words.view(torch.int16)[:n].view(batch, heads, tokens, keys)
+    slices = uniform_slices((batch, heads, tokens, keys), query.device) if dropped else None
     outputs = []
     for i in range(0, batch, step):
         weights = torch.matmul(query[i:i + step], key[i:i + step].transpose(2, 3)) * scaling

@@ -63,6 +63,33 @@ def test_concat_cross_encoder_fits_predicts_and_reuses_its_weights(variants: lis
     np.testing.assert_allclose(again.unsafe_prob, preds.unsafe_prob, atol=1e-6)
 
 
+def test_concat_trains_its_state_head_with_the_encoder(variants: list[C.Variant], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The integrity state comes from a head tuned jointly with the unsafe logit: fitting encodes
+    no training memory after tuning, the head is saved with the encoder and read back, and the
+    states predicted are the argmax of that head over the pooled representation."""
+    settings = K.ConcatConfig(max_length=64, epochs=1, batch_size=4, max_train=12, bf16=False)
+    train = [v for v in variants if v.split == "train"]
+    calls: list[int] = []
+    encode = K.encode_pairs
+    monkeypatch.setattr(K, "encode_pairs", lambda model, pairs, *a, **k: calls.append(len(pairs)) or encode(
+        model, pairs, *a, **k))
+    model = K.ConcatCrossEncoder(17, settings, cache_dir=tmp_path).fit(train)
+    assert calls == []  # on main: every training memory encoded again for a logistic head
+    start = K.seeded_state_head(model._model.hidden_size, 3, 17)  # type: ignore[union-attr]
+    assert not torch.equal(model._state_head.weight, start.weight)  # type: ignore[union-attr]
+    held_out = variants[:6]
+    preds = model.predict(held_out)
+    reps, _ = encode(model._model, [K.pair(v) for v in held_out], None, progress=False)  # type: ignore[arg-type]
+    by_hand = np.array(C.STATES)[(reps @ model._state_head.weight.detach().numpy().T  # type: ignore[union-attr]
+                                  + model._state_head.bias.detach().numpy()).argmax(axis=1)]  # type: ignore[union-attr]
+    assert list(preds.state) == list(by_hand)
+    monkeypatch.setattr(K, "finetune", lambda *a, **k: pytest.fail("tuned again although the weights were saved"))
+    again = K.ConcatCrossEncoder(17, settings, cache_dir=tmp_path).fit(train)
+    assert torch.equal(again._state_head.weight, model._state_head.weight)  # type: ignore[union-attr]
+    assert list(again.predict(held_out).state) == list(preds.state)
+
+
 def _tiny_modernbert(path: Path) -> Path:
     """A 2-layer ModernBERT sequence classifier (one logit, 2,048 positions) with the packaged
     tokenizer: the shape of the paper's 8k reranker, small enough for a test."""

@@ -156,3 +156,55 @@ def test_fine_tuning_runs_on_the_pinned_thread_count_and_restores_the_setting(mo
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_joint_loss_sums_binary_and_multiclass_cross_entropy() -> None:
+    """Against scikit-learn's log loss: mean BCE of the logit plus mean CE over the state classes."""
+    from scipy.special import expit, softmax
+    from sklearn.metrics import log_loss
+
+    logit = torch.tensor([2.0, -1.0, 0.3])
+    target = torch.tensor([1.0, 0.0, 0.0])
+    state_logits = torch.tensor([[1.0, 0.0, -1.0], [0.2, 2.0, 0.1], [0.0, 0.0, 3.0]])
+    state = torch.tensor([0, 2, 2])
+    bce = log_loss(target.numpy(), expit(logit.numpy()), labels=[0, 1])
+    ce = log_loss(state.numpy(), softmax(state_logits.numpy(), axis=1), labels=[0, 1, 2])
+    assert float(F.joint_loss(logit, target)) == pytest.approx(bce, rel=1e-6)
+    assert float(F.joint_loss(logit, target, state_logits, state)) == pytest.approx(bce + ce, rel=1e-6)
+
+
+def test_a_state_head_trains_with_the_encoder_and_resumes_exactly(variants: list[C.Variant], bi: E.BiEncoder,
+                                                                   tmp_path: Path) -> None:
+    """The state head moves, its classes enter the run's key, and a run killed midway ends with
+    the same encoder and state head as one that was not."""
+    pairs, labels = F.training_pairs(variants, bi, include_bridge=False)
+    classes = np.arange(len(pairs)) % 3
+    config = F.FinetuneConfig(lr=5e-5, batch_size=8, bf16=False, checkpoint_every=1)
+
+    def objective() -> F.StateObjective:
+        torch.manual_seed(5)
+        return F.StateObjective(torch.nn.Linear(small_model().hidden_size, 3), classes)
+
+    reference, ref_states = small_model(), objective()
+    start = ref_states.head.weight.detach().clone()
+    assert F.run_key(reference, pairs, labels, config, 17, ref_states) != F.run_key(reference, pairs, labels, config, 17)
+    shuffled = F.StateObjective(ref_states.head, classes[::-1].copy())
+    assert F.run_key(reference, pairs, labels, config, 17, shuffled) != F.run_key(reference, pairs, labels, config, 17,
+                                                                                  ref_states)
+    F.finetune(reference, pairs, labels, config, progress=False, states=ref_states)
+    assert not torch.equal(ref_states.head.weight, start)
+
+    def killed_at_step_two(step: int, loss: float) -> None:
+        if step == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        F.finetune(small_model(), pairs, labels, config, checkpoint_dir=tmp_path, progress=False,
+                   on_step=killed_at_step_two, states=objective())
+    resumed, states = small_model(), objective()
+    F.finetune(resumed, pairs, labels, config, checkpoint_dir=tmp_path, progress=False, states=states)
+    assert torch.equal(states.head.weight, ref_states.head.weight)
+    for (name, a), (_, b) in zip(reference.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    with pytest.raises(ValueError, match="2 classes for"):
+        F.finetune(small_model(), pairs, labels, config, progress=False, states=F.StateObjective(states.head, classes[:2]))

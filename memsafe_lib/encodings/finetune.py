@@ -69,6 +69,27 @@ class FinetuneConfig:
     torch's own kernels are kept)."""
 
 
+@dataclass
+class StateObjective:
+    """A second head tuned with the encoder: cross-entropy of ``head(representation)`` against
+    each pair's class, added to the relevance loss (the concatenated cross-encoder's integrity
+    state, trained jointly with its unsafe logit as the paper trains its heads: losses summed)."""
+
+    head: torch.nn.Linear
+    labels: np.ndarray
+    """Class index of each pair, in ``pairs`` order."""
+
+
+def joint_loss(logit: torch.Tensor, target: torch.Tensor, state_logits: torch.Tensor | None = None,
+               state: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean binary cross-entropy of the relevance (or unsafe) logit, plus, with a state head,
+    the mean cross-entropy over its classes."""
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logit.float(), target)
+    if state_logits is not None and state is not None:
+        loss = loss + torch.nn.functional.cross_entropy(state_logits.float(), state)
+    return loss
+
+
 def _key_settings(config: FinetuneConfig) -> dict[str, object]:
     """The settings that enter a fine-tuning run's cache key; options at their defaults that
     were added later are left out, so existing fold encoders keep their keys."""
@@ -135,10 +156,17 @@ def _batches(pairs: Sequence[Pair], model: CrossEncoder, config: FinetuneConfig,
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def run_key(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config: FinetuneConfig, seed: int) -> str:
+def run_key(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config: FinetuneConfig, seed: int,
+            states: StateObjective | None = None) -> str:
     """Content key of a fine-tuning run; on CPU it names the pinned thread count, because the
-    tuned weights depend on it (an encoder tuned before the pin is not reused)."""
+    tuned weights depend on it (an encoder tuned before the pin is not reused). A state head
+    enters with its starting weights and every pair's class."""
     h = hashlib.sha256(model.fingerprint().encode())
+    if states is not None:
+        h.update(b"state-head")
+        for t in states.head.state_dict().values():
+            h.update(t.detach().cpu().float().numpy().tobytes())
+        h.update(np.asarray(states.labels, dtype=np.int64).tobytes())
     settings = _key_settings(config)
     settings["bf16"] = use_bf16(config.bf16, model.config.device)
     if torch.device(model.config.device).type == "cpu":
@@ -154,24 +182,30 @@ def run_key(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, conf
 
 def finetune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config: FinetuneConfig = FinetuneConfig(),
              seed: int = DEFAULT_SEED, checkpoint_dir: Path | None = None, progress: bool = True,
-             on_step: Callable[[int, float], None] | None = None) -> list[float]:
-    """Tune ``model`` in place with binary cross-entropy on its relevance logit; returns losses.
+             on_step: Callable[[int, float], None] | None = None, states: StateObjective | None = None) -> list[float]:
+    """Tune ``model`` in place with binary cross-entropy on its relevance logit (plus ``states``'
+    cross-entropy, its head tuned alongside at the head learning rate); returns losses.
     On CPU with :data:`FINETUNE_THREADS` torch threads (restored after), so the tuned weights
     do not depend on the machine's core count."""
+    if states is not None and len(states.labels) != len(pairs):
+        raise ValueError(f"state objective: {len(states.labels)} classes for {len(pairs)} pairs")
     cpu = torch.device(model.config.device).type == "cpu"
     with (torch_threads_held(FINETUNE_THREADS) if cpu else nullcontext(),
           mask_dropout_while_training(model.backbone) if cpu and config.mask_dropout else nullcontext()):
-        return _tune(model, pairs, labels, config, seed, checkpoint_dir, progress, on_step)
+        return _tune(model, pairs, labels, config, seed, checkpoint_dir, progress, on_step, states)
 
 
 def _tune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config: FinetuneConfig, seed: int,
-          checkpoint_dir: Path | None, progress: bool, on_step: Callable[[int, float], None] | None) -> list[float]:
+          checkpoint_dir: Path | None, progress: bool, on_step: Callable[[int, float], None] | None,
+          states: StateObjective | None) -> list[float]:
     torch.manual_seed(seed)
-    key = run_key(model, pairs, labels, config, seed)
+    key = run_key(model, pairs, labels, config, seed, states)
     batches = _batches(pairs, model, config, seed) * config.epochs
     total = len(batches)
     freeze_lower_layers(model, config.train_layers)
-    head = [p for n, p in model.named_parameters() if n.startswith("head.") and p.requires_grad]
+    state_head = list(states.head.parameters()) if states is not None else []
+    head = [p for n, p in model.named_parameters() if n.startswith("head.") and p.requires_grad] + state_head
+    trained = [p for p in model.parameters() if p.requires_grad] + state_head
     body = [p for n, p in model.named_parameters() if not n.startswith("head.") and p.requires_grad]
     optimizer = torch.optim.AdamW([{"params": body}, {"params": head, "lr": config.head_lr or config.lr}],
                                   lr=config.lr, weight_decay=config.weight_decay)
@@ -183,12 +217,14 @@ def _tune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config
     if ckpt is not None and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         model.load_state_dict(state["model"])
+        if states is not None:
+            states.head.load_state_dict(state["state_head"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
         torch.set_rng_state(state["rng"])
         start, losses = state["step"], state["losses"]
-    loss_fn = torch.nn.BCEWithLogitsLoss()
     y_all = torch.from_numpy(labels)
+    s_all = torch.from_numpy(np.asarray(states.labels, dtype=np.int64)) if states is not None else None
     model.train()
     device = model.config.device.split(":")[0]
     for step in progress_bar(range(start, total), initial=start, total=total, desc="fine-tune", disable=not progress,
@@ -196,11 +232,13 @@ def _tune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config
         idx = batches[step]
         batch = model.tokenize([pairs[i] for i in idx])
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=use_bf16(config.bf16, device)):
-            _, logit = model(batch)
-        loss = loss_fn(logit.float(), y_all[idx].to(logit.device))
+            rep, logit = model(batch)
+            state_logits = states.head(rep) if states is not None else None
+        loss = joint_loss(logit, y_all[idx].to(logit.device), state_logits,
+                          s_all[idx].to(logit.device) if s_all is not None else None)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimizer.step()
         schedule.step()
         losses.append(float(loss.detach()))
@@ -208,10 +246,12 @@ def _tune(model: CrossEncoder, pairs: Sequence[Pair], labels: np.ndarray, config
             on_step(step, losses[-1])
         done = step + 1
         if ckpt is not None and (done % config.checkpoint_every == 0 or done == total):
+            saved = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                     "schedule": schedule.state_dict(), "rng": torch.get_rng_state(), "step": done, "losses": losses}
+            if states is not None:
+                saved["state_head"] = states.head.state_dict()
             with atomic_open(ckpt, "wb") as fh:
-                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                            "schedule": schedule.state_dict(), "rng": torch.get_rng_state(), "step": done,
-                            "losses": losses}, fh)
+                torch.save(saved, fh)
     for param in model.parameters():
         param.requires_grad_(True)
     model.eval()

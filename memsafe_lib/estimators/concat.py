@@ -5,8 +5,9 @@ at all. The encoder is fine-tuned on the unsafe label of the serialised memory, 
 Stage A's start (the paper's relevance-trained cross-encoder) or, for a start that ships
 without a relevance head, from a Stage A fold encoder's weights (``start_file``), truncated to
 ``max_length`` tokens (the paper: 512, which cuts almost every MuSiQue memory). The integrity
-state is read from the tuned encoder's pooled representation by a multinomial logistic head
-fitted afterwards on the same training memories (the paper trains it jointly; a documented simplification).
+state is read from the pooled representation by a linear head tuned with the encoder, its
+cross-entropy added to the unsafe logit's binary cross-entropy (the paper's joint objectives),
+so no training memory is encoded again after tuning.
 
 Fine-tuning reuses :func:`memsafe_lib.encodings.finetune.finetune` (checkpoints, exact resume); the
 tuned weights are saved under a content key and encodings are cached by weights and text,
@@ -24,9 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+from torch import nn
 
 from memsafe_lib.config import DEFAULT_SEED, FINETUNE_THREADS
 from memsafe_lib.data.loader import hash_rank
@@ -38,12 +37,15 @@ from memsafe_lib.encodings.encoders import (
     Pair,
     encode_pairs,
 )
-from memsafe_lib.encodings.finetune import FinetuneConfig, finetune, run_key
+from memsafe_lib.encodings.finetune import FinetuneConfig, StateObjective, finetune, run_key
 from memsafe_lib.estimators.controls import Predictions
 from memsafe_lib.estimators.text import memory_text
 from memsafe_lib.io import atomic_open
 from memsafe_lib.threads import torch_threads_held
-from memsafe_lib.variants.construction import Variant
+from memsafe_lib.variants.construction import Variant, states_of
+
+STATE_HEAD = "state_head."
+"""Prefix of the state head's weights in a tuned model's file (beside the encoder's own)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,17 @@ def load_backbone(model: CrossEncoder, path: Path) -> None:
     model.backbone.load_state_dict(body, strict=True)
 
 
+def seeded_state_head(width: int, n_states: int, seed: int) -> nn.Linear:
+    """A new linear state head, drawn as the encoder's own new head is (N(0, 0.02), zero bias),
+    from the seed, so the same seed starts from the same head."""
+    head = nn.Linear(width, n_states)
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        head.weight.normal_(0.0, 0.02, generator=generator)
+        head.bias.zero_()
+    return head
+
+
 def pair(v: Variant) -> Pair:
     return Pair(v.question, memory_text(v))
 
@@ -102,7 +115,8 @@ class ConcatCrossEncoder:
     deterministic: bool = False
     config: dict[str, Any] = field(default_factory=dict)
     _model: CrossEncoder | None = None
-    _state: Any = None
+    _state_head: nn.Linear | None = None
+    _states: tuple[str, ...] = ()
 
     def _encode(self, variants: Sequence[Variant]) -> tuple[np.ndarray, np.ndarray]:
         assert self._model is not None
@@ -133,21 +147,25 @@ class ConcatCrossEncoder:
         pairs = [pair(v) for v in subset]
         labels = np.array([v.unsafe for v in subset], dtype=np.float32)
         ft = FinetuneConfig(epochs=s.epochs, lr=s.lr, batch_size=s.batch_size, bf16=s.bf16, include_bridge=False)
-        key = run_key(model, pairs, labels, ft, self.seed)
+        self._states = states_of(subset)
+        head = seeded_state_head(model.hidden_size, len(self._states), self.seed).to(self.device)
+        states = StateObjective(head, np.array([self._states.index(v.state) for v in subset]))
+        key = run_key(model, pairs, labels, ft, self.seed, states)
         final = self.cache_dir / f"concat-{key}.safetensors" if self.cache_dir else None
         if final is not None and final.exists():
-            model.load_state_dict(load_file(final))
+            saved = load_file(final)
+            model.load_state_dict({k: t for k, t in saved.items() if not k.startswith(STATE_HEAD)})
+            head.load_state_dict({k[len(STATE_HEAD):]: t for k, t in saved.items() if k.startswith(STATE_HEAD)})
         else:
-            finetune(model, pairs, labels, ft, seed=self.seed, checkpoint_dir=self.cache_dir)
+            finetune(model, pairs, labels, ft, seed=self.seed, checkpoint_dir=self.cache_dir, states=states)
             if final is not None:
+                weights = {**model.state_dict(), **{STATE_HEAD + k: t for k, t in head.state_dict().items()}}
                 with atomic_open(final, "wb") as fh:
-                    fh.write(save({k: t.contiguous() for k, t in model.state_dict().items()}))
+                    fh.write(save({k: t.contiguous() for k, t in weights.items()}))
                 (self.cache_dir / f"finetune-{key}.pt").unlink(missing_ok=True)  # type: ignore[operator]
         model.eval()
-        self._model = model
-        reps, _ = self._encode(subset)
-        self._state = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=5000)).fit(
-            reps, [v.state for v in subset])
+        head.eval()
+        self._model, self._state_head = model, head
         self.config = {**asdict(s), "train_memories": len(subset), "encoder": self.encoder_model,
                        "start": "pretrained" if self.start_file is None else f"stage_a:{self.start_file.name}"}
         return self
@@ -155,6 +173,10 @@ class ConcatCrossEncoder:
     def predict(self, variants: Sequence[Variant]) -> Predictions:
         if self._model is None:
             raise RuntimeError(f"{self.name}: call fit() first")
+        assert self._state_head is not None
         with self._threads():
             reps, logits = self._encode(variants)
-        return Predictions(1.0 / (1.0 + np.exp(-logits.astype(float))), self._state.predict(reps).astype(object))
+            with torch.no_grad():
+                state_logits = self._state_head(torch.from_numpy(reps).float().to(self.device)).cpu().numpy()
+        states = np.array(self._states, dtype=object)[state_logits.argmax(axis=1)]
+        return Predictions(1.0 / (1.0 + np.exp(-logits.astype(float))), states)
