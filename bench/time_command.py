@@ -98,8 +98,15 @@ def add_steps(args: argparse.Namespace) -> None:
 
 
 def record_history(args: argparse.Namespace) -> None:
-    """``command_history.csv``: every ``bench:command`` entry of the scale's ledger, oldest first."""
+    """``command_history.csv``: every timed run in the scale's ledger, oldest first; a run whose row
+    ``--steps-of`` corrected has two ``bench:command`` entries and is listed once, as corrected."""
     table = command_history(read_ledger(config.scale_config(args.scale)))
+    runs = list(zip(table["command"], table["finished_utc"], strict=True))
+    first_at: dict[tuple[str, str], int] = {}
+    for i, run in enumerate(runs):
+        first_at.setdefault(run, i)
+    latest = {run: i for i, run in enumerate(runs)}  # the correction, in the place of the run it corrects
+    table = table.iloc[sorted(latest.values(), key=lambda i: first_at[runs[i]])].reset_index(drop=True)
     report = {"commands_timed": int(len(table)), "latest_utc": str(table.finished_utc.max()) if len(table) else ""}
     save_report("command-history", "command_history", argparse.Namespace(scale=args.scale), [], report, table=table)
 

@@ -39,17 +39,21 @@ def test_the_timed_command_starts_from_an_empty_private_cache(tmp_path: Path, mo
 
 def test_history_lists_every_timed_command_and_times_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--history`` (once bench/command_history.py) writes command_history.csv from the ledger:
-    two timed commands give two rows, oldest first, and no third command is run."""
+    two timed commands give two rows, oldest first (a run whose row was corrected by ``--steps-of``
+    is one row), and no third command is run."""
     monkeypatch.syspath_prepend(str(config.REPO_ROOT / "bench"))
     time_command = importlib.import_module("time_command")
     for label in ("first", "second"):
         monkeypatch.setattr(sys, "argv", ["time_command.py", "--label", label, "--scale", "smoke", "--cwd", str(tmp_path),
                                           "--", sys.executable, "-c", "pass"])
         time_command.main()
+    monkeypatch.setattr(sys, "argv", ["time_command.py", "--steps-of", "first", "--note", "corrected", "--scale",
+                                      "smoke"])
+    time_command.main()  # a correction of first's row is a second ledger entry of the same run
     monkeypatch.setattr(sys, "argv", ["time_command.py", "--history", "--scale", "smoke"])
     time_command.main()
     table = pd.read_csv(config.scale_config("smoke").output_dir(config.BENCH) / "command_history.csv")
-    assert table.command.tolist() == ["first", "second"]
+    assert table.command.tolist() == ["first", "second"]  # one row per run, the corrected one
     monkeypatch.setattr(sys, "argv", ["time_command.py", "--history", "--scale", "smoke", "--", "true"])
     with pytest.raises(SystemExit):
         time_command.main()
