@@ -173,6 +173,7 @@ def main() -> None:
         table["rounds"] = table["rounds"].astype("Int64")  # rows timed before --rounds: empty
         print(row, flush=True)
     assert table is not None
+    args.gate = Path(args.gate).name  # the ledger names the gate, not where it lies on this machine
     save_report("score-speed", "score_speed", args, loaded.files, {"code": code, "cpu": cpu}, table=table)
 
 
