@@ -11,7 +11,9 @@ per hour of one two-thread fit after another (``artifacts/cpu/bench/stage_b_para
 Workers are fresh interpreters (``spawn``: no thread pool or CUDA state inherited), each
 given the shared inputs once; a task is a module-level function ``task(shared, item)``.
 Callers cache each result on disk as it is produced, so a killed batch resumes with the
-fits that finished.
+fits that finished. Memory: this process hands its freed pages back before the workers start,
+and each worker after each task (:mod:`memsafe_lib.memory`), so that three processes that each
+once held several GB fit in the machine together.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from multiprocessing import get_context
 from typing import Any, TypeVar
 
 from memsafe_lib import config
+from memsafe_lib.memory import release_memory
 from memsafe_lib.progress import progress_bar
 from memsafe_lib.threads import configure_threads
 
@@ -36,8 +39,15 @@ def _start_worker(shared: Any) -> None:
     _SHARED["value"] = shared
 
 
+def _call(task: Callable[[Any, T], R], shared: Any, item: T) -> R:
+    try:
+        return task(shared, item)
+    finally:  # a process runs many fits: what one fit freed must not stay held for the next
+        release_memory()
+
+
 def _run(task: Callable[[Any, T], R], item: T) -> R:
-    return task(_SHARED["value"], item)
+    return _call(task, _SHARED["value"], item)
 
 
 def side_by_side(task: Callable[[Any, T], R], items: Sequence[T], shared: Any, *, label: str,
@@ -50,10 +60,11 @@ def side_by_side(task: Callable[[Any, T], R], items: Sequence[T], shared: Any, *
     results: dict[int, R] = {}
     if workers <= 1:
         for i, item in enumerate(progress_bar(items, desc=label, leave=False)):
-            results[i] = task(shared, item)
+            results[i] = _call(task, shared, item)
             if on_result:
                 on_result(item, results[i])
         return [results[i] for i in range(len(items))]
+    release_memory()  # this process waits meanwhile: what it freed (Stage A's encodings) is the workers'
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_start_worker,
                              initargs=(shared,)) as pool:
         futures = {pool.submit(_run, task, item): i for i, item in enumerate(items)}

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LIB = ROOT / "memsafe_lib"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("config", "errors", "io", "maskdropout", "parallel", "precision", "progress", "threads"),
+    ("config", "errors", "io", "maskdropout", "memory", "parallel", "precision", "progress", "threads"),
     ("data",),
     ("ledger",),
     ("variants",),
