@@ -4,7 +4,7 @@ Why: glibc's malloc keeps the pages of freed blocks for reuse, and torch on a CP
 through it. After Stage A's encodings (in the main process) or a fit at 512 tokens (in a
 side-by-side worker) a process can hold several GB it no longer uses: in a cpu run of notebook
 02 the main process and its two fit workers held 7-8 GB each and a 24 GiB machine ran out of
-memory at the fourth worker-held fit of the concatenated cross-encoder. ``malloc_trim(0)``
+memory during the ninth fit of the concatenated cross-encoder. ``malloc_trim(0)``
 returns the free pages (inside the heap too, not only at its top) without moving a live block,
 so it changes no result, and it takes milliseconds. Where the C library is not glibc (macOS,
 musl) there is nothing to call and :func:`release_memory` only collects garbage.
