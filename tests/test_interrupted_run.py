@@ -146,3 +146,42 @@ def test_a_resumed_mark_naming_a_cpu_with_parentheses_is_read(interrupted_run) -
     log = LOG.replace("(resumed run)", "(resumed run on Intel(R) Xeon(R) Processor)")
     start, last = interrupted_run.minutes_before_kill(log, "02_training")
     assert (start.strftime("%d %H:%M:%S"), last.strftime("%d %H:%M:%S")) == ("28 23:17:29", "29 00:45:06")
+
+
+WARM_LOG = """cold run of 01_construction_audit 03_ablations at cpu on abc
+untimed warm-up of the Stage B grid check's Stage A: 2026-12-07T23:58:54Z
+[memsafe 23:59:01 +5.7 s] 2wikimultihopqa/size-matched: 3486 variants built and stored (x.variants.jsonl.gz)
+bi-encoder:  78%|#######8  | 5248/6759 [01:36<00:50, 30.10it/s]\rbi-encoder: 100%|##########| 6759/6759
+[memsafe 00:08:50 +9.8 min] Stage A 2wikimultihopqa+hotpotqa+musique (seed 17): fine-tune on 24,000 pairs, 2 fold encoders side by side ...
+[memsafe 00:26:31 +17.7 min] Stage A 2wikimultihopqa+hotpotqa+musique (seed 17): fine-tune on 24,000 pairs, 2 fold encoders side by side: done in 17.7 min
+warm-up done: 2026-12-08T00:48:32Z
+01_construction_audit start 2026-12-08T00:48:40Z
+[memsafe 01:00:00 +11.3 min] Stage A musique (seed 17): fine-tune on 24,000 pairs, 2 fold encoders side by side ...
+"""
+EMBEDDINGS_END = r"Stage A .*: fine-tune on .* side by side \.\.\.$"
+
+
+def test_a_warm_up_step_is_the_gap_before_its_line_across_midnight(interrupted_run) -> None:
+    line, minutes = interrupted_run.warm_up_step(WARM_LOG.replace("\r", "\n"), EMBEDDINGS_END)
+    # 23:59:01 -> 00:08:50 by hand: 9 min 49 s; the "...: done" line does not match, nor the
+    # notebook's own line after "warm-up done"
+    assert minutes == pytest.approx(9 + 49 / 60)
+    assert line.startswith("[memsafe 00:08:50")
+    with pytest.raises(SystemExit, match="inside an untimed warm-up"):
+        interrupted_run.warm_up_step(WARM_LOG, r"blind_set's unit embeddings")
+
+
+def test_cold_table_adds_warm_up_steps_of_the_same_code_only(interrupted_run) -> None:
+    import pandas as pd
+
+    run_times = pd.DataFrame({"notebook": ["01_construction_audit", "03_ablations"], "minutes": [8.0, 30.0],
+                              "code": ["abc"] * 2, "cpu": ["EPYC"] * 2, "bf16_units": [True] * 2})
+    none_killed = pd.DataFrame(columns=["notebook", "code"])
+    warm = pd.DataFrame({"notebook": ["01_construction_audit", "03_ablations"], "minutes": [9.8, 50.0],
+                         "code": ["abc", "older"]})
+    table = interrupted_run.cold_table(run_times, none_killed, warm)
+    assert table.minutes.tolist() == pytest.approx([8.0 + 9.8, 30.0, 8.0 + 9.8 + 30.0])
+    assert table.minutes_from_warm_up.tolist() == pytest.approx([9.8, 0.0, 9.8])
+    assert table.interrupted.tolist() == [False, False, False]
+    plain = interrupted_run.cold_table(run_times, none_killed)
+    assert plain.minutes.tolist() == pytest.approx([8.0, 30.0, 38.0])

@@ -28,6 +28,18 @@ time table, one row per notebook with the killed part added and a last row ``all
     cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py --log COLD_LOG --notebook 02_training \
         [--busy CLONE/artifacts/scratch/cpu_busy.txt]
     cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py   # the table alone, no kill to add
+
+A part's untimed warm-up can also do a step that a one-piece run pays inside a notebook of that
+part: the Stage B grid's Stage A ranks units with the pretrained encoder's unit embeddings, which
+notebook 01 computes and caches in a one-piece run, so a part that warms the grid up before 01
+leaves 01's row without them. ``--warm-up-step NOTEBOOK=REGEX`` moves such a step's minutes back
+to its notebook: the step ends at the first line inside an untimed warm-up that matches REGEX and
+began at the line before it with a stamp (a step that logs no line of its own, like the unit
+embeddings, is the gap between two lines). Rows in ``artifacts/<scale>/bench/warm_up_steps.csv``;
+the cold time table adds them in ``minutes_from_warm_up``:
+
+    cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py --log COLD_LOG \
+        --warm-up-step "01_construction_audit=Stage A .*: fine-tune on .* side by side [.]{3}$"
 """
 
 from __future__ import annotations
@@ -95,10 +107,30 @@ def minutes_before_kill(log: str, notebook: str) -> tuple[dt.datetime, dt.dateti
     return killed_parts(log, notebook)[0]
 
 
-def cold_table(run_times: pd.DataFrame, interrupted: pd.DataFrame) -> pd.DataFrame:
+WARM_UP = re.compile(r"^untimed warm-up of .*?$(.*?)^warm-up done: ", re.MULTILINE | re.DOTALL)
+
+
+def warm_up_step(log: str, pattern: str) -> tuple[str, float]:
+    """(the line that ends it, minutes) of the first step inside an untimed warm-up of ``log``
+    whose ending line matches ``pattern``: from the stamp of the stamped line before it."""
+    for section in WARM_UP.finditer(log):
+        lines = [line for line in section.group(1).splitlines() if STAMP.match(line)]
+        for before, line in zip(lines, lines[1:], strict=False):
+            if re.search(pattern, line[STAMP.match(line).end():]):
+                (h0, m0, s0), (h1, m1, s1) = STAMP.match(before).groups(), STAMP.match(line).groups()
+                seconds = (int(h1) - int(h0)) * 3600 + (int(m1) - int(m0)) * 60 + int(s1) - int(s0)
+                return line, (seconds % 86400) / 60  # a step that spans midnight
+    raise SystemExit(f"no line matching {pattern!r} after a stamped line inside an untimed warm-up of the log")
+
+
+def cold_table(run_times: pd.DataFrame, interrupted: pd.DataFrame,
+               warm_ups: pd.DataFrame | None = None) -> pd.DataFrame:
     """Cold minutes per notebook: its ``run_times.csv`` row, plus the minutes before the kill
-    where that row is a resumed execution (and the interruption is of the same code), then the sum."""
+    where that row is a resumed execution (and the interruption is of the same code), plus the
+    minutes of its steps that an untimed warm-up did (same code), then the sum."""
     killed = interrupted.set_index("notebook")
+    warmed = (warm_ups[warm_ups.code.astype(str).isin(set(run_times.code.astype(str)))]
+              .groupby("notebook").minutes.sum() if warm_ups is not None and len(warm_ups) else pd.Series(dtype=float))
     rows = []
     for r in run_times.itertuples(index=False):
         part = killed.loc[r.notebook] if r.notebook in killed.index else None
@@ -107,11 +139,14 @@ def cold_table(run_times: pd.DataFrame, interrupted: pd.DataFrame) -> pd.DataFra
                              f"(code {part['code']}, {part['minutes_resumed']} min resumed; run_times: "
                              f"code {r.code}, {r.minutes} min); rerun interrupted_run.py for it")
         before = 0.0 if part is None else float(part["minutes_before_kill"])
-        rows.append({"notebook": r.notebook, "minutes": round(float(r.minutes) + before, 1),
+        moved = float(warmed.get(r.notebook, 0.0))
+        rows.append({"notebook": r.notebook, "minutes": round(float(r.minutes) + before + moved, 1),
+                     "minutes_from_warm_up": round(moved, 1),
                      "interrupted": part is not None, "notebooks": 1, "cpu": r.cpu,
                      "bf16_units": r.bf16_units, "code": r.code})
     table = pd.DataFrame(rows)
-    total = {"notebook": "all", "minutes": round(table.minutes.sum(), 1), "interrupted": bool(table.interrupted.any()),
+    total = {"notebook": "all", "minutes": round(table.minutes.sum(), 1),
+             "minutes_from_warm_up": round(table.minutes_from_warm_up.sum(), 1), "interrupted": bool(table.interrupted.any()),
              "notebooks": len(table), "cpu": "; ".join(sorted(set(table.cpu))),
              "bf16_units": bool(table.bf16_units.all()), "code": "; ".join(sorted(set(table.code)))}
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
@@ -140,6 +175,23 @@ def record_interruption(args: argparse.Namespace, log: str, samples: str | None,
     save_report("interrupted-run", "interrupted_runs", args, [], {"last": row}, table=table, inputs=[run_times])
 
 
+def record_warm_up_step(args: argparse.Namespace, log: str, times: pd.DataFrame, run_times: Path) -> None:
+    """Add the step ``args.warm_up_step`` names (``NOTEBOOK=REGEX``) to ``warm_up_steps.csv``."""
+    notebook, _, pattern = args.warm_up_step.partition("=")
+    if not pattern:
+        raise SystemExit(f"--warm-up-step wants NOTEBOOK=REGEX, not {args.warm_up_step!r}")
+    if notebook not in times.index:
+        raise SystemExit(f"{notebook} has no row in run_times.csv (adopt its run first)")
+    line, minutes = warm_up_step(log, pattern)
+    timed = times.loc[notebook]
+    row = {"notebook": notebook, "ends_at_line": line.strip()[:200], "minutes": round(minutes, 1),
+           "code": str(timed["code"]), "cpu": str(timed["cpu"]), "bf16_units": bool(timed["bf16_units"])}
+    scale = config.scale_config(args.scale)
+    table = replace_row(scale.output_dir(config.BENCH) / "warm_up_steps.csv", row, key="notebook")
+    table = table[table.code.astype(str) == row["code"]]
+    save_report("warm-up-step", "warm_up_steps", args, [], {"last": row}, table=table, inputs=[run_times])
+
+
 def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--log", help="the cold run's log (bench/cold/cold_run.sh's output); needed with --notebook")
@@ -147,24 +199,30 @@ def main() -> None:
                         "cold time table is rewritten (a run with no kill needs it too)")
     parser.add_argument("--busy", type=Path, help="the busy-core sampler's file (bench/cold/cpu_busy.py sample): "
                         "a killed part ends when the machine was last seen working, if after the log's last line")
+    parser.add_argument("--warm-up-step", help="NOTEBOOK=REGEX: a step of NOTEBOOK that an untimed warm-up "
+                        "did, ending at the first warm-up line matching REGEX; its minutes go to NOTEBOOK's row")
     args = parser.parse_args()
     scale = config.scale_config(args.scale)
     run_times = scale.run_dir / config.RUN_TIMES_FILE
     times = pd.read_csv(run_times).set_index("notebook")
-    if args.notebook and not args.log:
-        parser.error("--notebook needs --log, the cold run's log")
-    log = Path(args.log).read_text(errors="replace") if args.notebook else ""
+    if (args.notebook or args.warm_up_step) and not args.log:
+        parser.error("--notebook and --warm-up-step need --log, the cold run's log")
+    log = Path(args.log).read_text(errors="replace").replace("\r", "\n") if args.log else ""
     samples = args.busy.read_text() if args.busy else None
     args.log = Path(args.log).name if args.log else None  # the ledger names files without this machine's paths
     args.busy = args.busy.name if args.busy else None
     if args.notebook:
         record_interruption(args, log, samples, times, run_times)
+    if args.warm_up_step:
+        record_warm_up_step(args, log, times, run_times)
     killed = scale.output_dir(config.BENCH) / "interrupted_runs.csv"
+    warm_path = scale.output_dir(config.BENCH) / "warm_up_steps.csv"
+    warm_ups = pd.read_csv(warm_path) if warm_path.is_file() else None
     table = pd.read_csv(killed) if killed.is_file() else pd.DataFrame(columns=["notebook", "code"])
     table = table[table.code.astype(str).isin(set(times.code.astype(str)))]  # kills of the timed code only
-    cold = cold_table(times.reset_index(), table)
+    cold = cold_table(times.reset_index(), table, warm_ups)
     save_report("cold-run", "cold_run", args, [], {"minutes": float(cold.minutes.iloc[-1])}, table=cold,
-                inputs=[run_times, *([killed] if killed.is_file() else [])])
+                inputs=[run_times, *([killed] if killed.is_file() else []), *([warm_path] if warm_ups is not None else [])])
 
 
 if __name__ == "__main__":
