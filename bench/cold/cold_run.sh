@@ -22,6 +22,9 @@
 # WARM_STAGE_A=1: the same for every multi-hop dataset's size-matched Stage A at every encoder
 # seed (notebook 02's pooled fold encoders and their encodings), which notebook 03's full model
 # reads from 02's cache in a one-piece run; for a part that starts with 03 in a new clone.
+# Either one ranks units with the pretrained encoder's unit embeddings, which notebook 01 computes
+# in a one-piece run: in a part that also runs 01, 01 then reads them cached, and
+# `interrupted_run.py --warm-up-step 01_construction_audit=REGEX` gives their minutes back to 01's row.
 # WARM_EMBEDDINGS=1: the same for the pretrained encoder's unit embeddings of the size- and
 # blind-matched constructions, which notebook 01 computes (about 11 min) and 02's Stage A ranker
 # and blind_set read from one shared cache; for a part that starts with 02 in a new clone.
