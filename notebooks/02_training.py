@@ -33,9 +33,9 @@
 #   variants, not tens of thousands), so intervals are wide and small differences are noise.
 # * **Compute budget** (printed below): on CPU scales one encoder pair is shared by every
 #   Stage B seed, fine-tuning sees a capped, hash-chosen, class-balanced subset of training
-#   pairs, and at `cpu` pairs are truncated to 128 tokens (paper: 256); the concatenated
-#   cross-encoder trains on a capped set of whole training questions and reads its state
-#   from a logistic head on its pooled output (the paper trains that jointly).
+#   pairs, read through the paper's 256 tokens (a bridge pair's context is cut before its
+#   unit); the concatenated cross-encoder trains on every training memory for one epoch from
+#   Stage A's fine-tuned fold-0 encoder, its state head tuned with it.
 # * **Pooled fold encoders on CPU scales.** Each fold encoder tunes on that fold's training
 #   pairs of all three multi-hop datasets (at `cpu` 4,000 per dataset) and serves all three: a
 #   validation-only study (`bench/stage_a_study.py`, REPORT "The Stage A study") found it the

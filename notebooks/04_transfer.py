@@ -22,9 +22,9 @@
 # * **SQuAD 2.0.** Unanswerable questions written by crowdworkers against a single paragraph:
 #   the MuSiQue-trained MemSafe applied to all 11,873 dev questions, with MuSiQue's validation
 #   thresholds carried over. Its pairs are read by the same fold encoders through the scale's
-#   transfer window (`NeuralBudget.transfer_max_length`: the paper's 256 at `paper` scale; wider
-#   than the training window at `cpu`, whose 128 tokens would cut most SQuAD paragraphs), chosen
-#   so the share of truncated pairs is close to the paper's; section 3 reports both.
+#   transfer window (`NeuralBudget.transfer_max_length`: the paper's 256 at `paper` scale; 320
+#   at `cpu`, since with our tokenizer 256 tokens cut more SQuAD pairs than the paper reports),
+#   chosen so the share of truncated pairs is close to the paper's; section 3 reports both.
 # * **Family A → blind-matched** (beyond the paper). The same models on MuSiQue's blind-matched
 #   test memories (notebook 01, section 4), where every score of the memory alone sits at 1/2:
 #   what a size-matched model keeps when only reading the question can help.

@@ -84,6 +84,9 @@ def test_a_later_part_restores_the_saved_parts_after_the_install_and_before_its_
     install, restore = text.index("make install readers"), text.index("bench/cold/cold_parts.py restore")
     assert install < restore < text.index('run_cold_notebooks "$scale"')
     assert 'if [ "${PARTS:-0}" = 1 ]' in text[install:restore]
+    # the restored logs are the loop's log: a notebook saved midway starts again marked resumed
+    assert "tee artifacts/scratch/restored_parts.log" in text[restore:]
+    assert 'run_cold_notebooks "$scale" "$restored" "$cpu"' in text
 
 
 def test_adoption_keeps_the_replaced_run_compares_it_and_checks_the_prose(tmp_path: Path) -> None:

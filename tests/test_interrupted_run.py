@@ -185,3 +185,20 @@ def test_cold_table_adds_warm_up_steps_of_the_same_code_only(interrupted_run) ->
     assert table.interrupted.tolist() == [False, False, False]
     plain = interrupted_run.cold_table(run_times, none_killed)
     assert plain.minutes.tolist() == pytest.approx([8.0, 30.0, 38.0])
+
+
+def test_a_start_right_after_a_restore_of_its_unfinished_execution_is_resumed(interrupted_run) -> None:
+    # a part on a new machine (cold_run.sh with PARTS=1) prints the earlier parts' logs, then its
+    # own start: the notebook's earlier execution never finished, its fits came with the restore
+    log = LOG.replace("02_training start 2026-11-29T07:26:05Z (resumed run)\n",
+                      "cold_parts restore:  (0 files, 0 ledger lines, 1 logs)\n02_training start 2026-11-29T07:26:05Z\n")
+    assert interrupted_run.killed_parts(log, "02_training") == [
+        (dt.datetime(2026, 11, 28, 23, 17, 29, tzinfo=dt.UTC), dt.datetime(2026, 11, 29, 0, 45, 6, tzinfo=dt.UTC))]
+
+
+def test_a_restore_does_not_make_a_rerun_of_a_finished_notebook_resumed(interrupted_run) -> None:
+    log = LOG.replace("02_training start 2026-11-29T07:26:05Z (resumed run)\n",
+                      "cold_parts restore: 01_construction_audit (3 files, 2 ledger lines, 1 logs)\n"
+                      "01_construction_audit start 2026-11-29T07:26:05Z\n")
+    with pytest.raises(SystemExit, match="without a '\\(resumed run\\)' mark"):
+        interrupted_run.killed_parts(log, "01_construction_audit")

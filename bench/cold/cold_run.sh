@@ -89,10 +89,17 @@ for dataset in config.FAMILY_A_DATASETS:
     for seed in scale.neural.encoder_seeds:
         stage_a_for(build(dataset, 'size-matched', scale)[1], scale, seed)"
     fi
+    local restored="" cpu=""
     if [ "${PARTS:-0}" = 1 ]; then
-        .venv/bin/python bench/cold/cold_parts.py restore "$clone" --scale "$scale"
+        # the earlier parts' logs, also kept in the clone, so that a notebook saved midway and
+        # started here again is marked "(resumed run on CPU)" (run_cold_notebooks)
+        mkdir -p artifacts/scratch
+        .venv/bin/python bench/cold/cold_parts.py restore "$clone" --scale "$scale" \
+            | tee artifacts/scratch/restored_parts.log
+        restored=artifacts/scratch/restored_parts.log
+        cpu="$(.venv/bin/python -c 'from memsafe_lib.ledger import cpu_model; print(cpu_model())')"
     fi
-    run_cold_notebooks "$scale" "" "" "$@"
+    run_cold_notebooks "$scale" "$restored" "$cpu" "$@"
     tail -n "$#" "artifacts/$scale/run_times.csv"
     if [ "${ADOPT:-0}" = 1 ]; then
         adopt_cold_run "$repo" "$clone" "$scale"

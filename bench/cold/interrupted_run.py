@@ -70,6 +70,16 @@ def last_sample(samples: str, after: dt.datetime, before: dt.datetime) -> dt.dat
     return max(inside) if inside else None
 
 
+def _restored_unfinished(log: str, notebook: str, before: re.Match, this: re.Match) -> bool:
+    """Whether the start ``this`` opens a new machine's part (bench/cold/cold_parts.py's
+    "cold_parts restore:" line right before it) and the execution ``before`` it never finished:
+    the part goes on from the fits that save-midway carried, a resumed run though unmarked
+    (cold_run.sh's parts before the mark came from the restored logs)."""
+    preceding = log[:this.start()].rstrip("\n").rsplit("\n", 1)[-1]
+    finished = re.search(rf"notebook {re.escape(notebook)} at scale \S+: done in ", log[before.end():this.start()])
+    return preceding.startswith("cold_parts restore:") and finished is None
+
+
 def killed_parts(log: str, notebook: str, samples: str | None = None) -> list[tuple[dt.datetime, dt.datetime]]:
     """(start, end) of every killed execution of ``notebook`` in ``log``, in order: the cold
     run's "NB start <UTC>" line, or a later one marked "(resumed run ...)", then the last
@@ -82,8 +92,9 @@ def killed_parts(log: str, notebook: str, samples: str | None = None) -> list[tu
         raise SystemExit(f"no '{notebook} start' line in the log")
     if len(starts) == 1:
         raise SystemExit(f"{notebook} has no resumed execution in the log: its run_times row is already cold")
-    if any("(resumed run" not in m.group(0) for m in starts[1:]):
-        raise SystemExit(f"{notebook} started again without a '(resumed run)' mark: its minutes are not one cold run")
+    for before, this in zip(starts, starts[1:], strict=False):
+        if "(resumed run" not in this.group(0) and not _restored_unfinished(log, notebook, before, this):
+            raise SystemExit(f"{notebook} started again without a '(resumed run)' mark: its minutes are not one cold run")
     parts = []
     for this, following in zip(starts, starts[1:], strict=False):
         begun = dt.datetime.fromisoformat(this.group(1)).replace(tzinfo=dt.UTC)
