@@ -93,9 +93,11 @@ def window_rows(dataset: str, scale_name: str) -> tuple[dict[str, object], list[
     validation = by_split(result.variants)["validation"]
     window = scale.neural.concat_max_length  # the window make_model gives concat_ce (registry)
     encoder = CrossEncoder(EncoderConfig(model=scale.neural.encoder, max_length=window))
-    tokens = np.array([len(encoder.tokenizer(p.first(), p.unit)["input_ids"]) for p in map(pair, validation)])
+    pairs = [pair(v) for v in validation]
+    tokens = np.array([len(encoder.tokenizer(p.first(), p.unit)["input_ids"]) for p in pairs])
+    # cut as the encoder itself decides it (CrossEncoder.truncated), not a second rule here
     return {"dataset": dataset, "window": window, "validation_memories": len(validation),
-            "median_tokens": int(np.median(tokens)), "share_cut": round(float(np.mean(tokens > window)), 4),
+            "median_tokens": int(np.median(tokens)), "share_cut": round(float(np.mean(encoder.truncated(pairs))), 4),
             "median_share_read": round(float(np.median(np.minimum(1.0, window / tokens))), 4),
             "cpu": cpu_model()}, list(loaded.files)
 
