@@ -130,6 +130,26 @@ def test_fingerprint_tracks_the_weights() -> None:
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
 
 
+def test_a_frozen_encoder_hashes_its_weights_once_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`memsafe score` asks for the fingerprint on every chunk it reads (0.1 s a time for MiniLM):
+    a frozen encoder (a gate's) hashes once per window; an unfrozen one hashes on every call, so
+    no change to its weights, however made, can leave a stale cache key."""
+    hashed: list[str] = []
+    real = E.weights_fingerprint
+    monkeypatch.setattr(E, "weights_fingerprint", lambda module, settings="": hashed.append(settings) or real(module, settings))
+    model = E.CrossEncoder(E.EncoderConfig(bf16=False), seed=17)
+    first = model.fingerprint()
+    with torch.no_grad():
+        next(model.parameters()).data.add_(1.0)  # bumps no version counter: only a new hash sees it
+    assert model.fingerprint() != first and len(hashed) == 2
+    assert model.freeze() is model and not model.training
+    pinned = model.fingerprint()
+    assert [model.fingerprint() for _ in range(3)] == [pinned] * 3 and len(hashed) == 3
+    wider = model.at_window(model.config.max_length * 2)
+    assert wider.fingerprint() != pinned and wider.fingerprint() == wider.fingerprint() and len(hashed) == 4
+    assert not any(p.requires_grad for p in model.parameters())  # training it now fails loudly
+
+
 def test_bridge_unit_is_the_bi_encoder_top_unit(bi: E.BiEncoder) -> None:
     units = ["Paris is the capital of France.", "Hamlet is a tragedy written by William Shakespeare.",
              "The Berlin Wall fell in 1989."]

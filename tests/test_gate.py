@@ -143,6 +143,21 @@ def test_gate_python_api(trained: Trained) -> None:
     assert [u.source_position for u in v.units] == [3, 9] and v.source_units == 12
 
 
+def test_a_loaded_gate_hashes_its_encoders_once_not_per_chunk(trained: Trained,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from memsafe_lib.encodings import encoders as E
+
+    gate = Gate.load(trained.gate_dir)
+    hashed: list[str] = []
+    real = E.weights_fingerprint
+    monkeypatch.setattr(E, "weights_fingerprint", lambda module, settings="": hashed.append(settings) or real(module, settings))
+    memory = {"query": "What do we know about the glacier ice melting?", "units": ["A page about glacier ice."]}
+    for _ in range(3):  # three chunks of `memsafe score`
+        gate.score_many([memory])
+    assert len(hashed) <= len(gate.encoders)  # at most once per encoder, whatever the number of chunks
+    assert not any(p.requires_grad for encoder in gate.encoders for p in encoder.parameters())
+
+
 def test_cli_score_writes_one_line_per_memory(trained: Trained, tmp_path: Path) -> None:
     src = tmp_path / "memories.jsonl"
     src.write_text(json.dumps({"id": "m1", "query": "What about the comet orbit?", "units": ["Comets orbit."]}) + "\n"

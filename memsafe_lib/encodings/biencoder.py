@@ -36,7 +36,6 @@ from memsafe_lib.encodings.encoders import (
     _digest,
     quiet_transformers,
     resolve_model,
-    weights_fingerprint,
 )
 from memsafe_lib.progress import progress_bar
 
@@ -96,7 +95,7 @@ class BiEncoderScorer(FoldEncoderBase):
         (derived from the embeddings at no cost), so both feature sets share one fine-tuning
         run and one text cache; models reading the features are keyed by the budget's
         ``stage_a_features`` (:func:`memsafe_lib.estimators.neural_context.fit_inputs`)."""
-        return weights_fingerprint(self, f"bi|{self.config.max_length}|{self.bf16}")
+        return self.weights_hash(f"bi|{self.config.max_length}|{self.bf16}")
 
     # -- texts
 

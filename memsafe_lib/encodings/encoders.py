@@ -211,6 +211,25 @@ class FoldEncoderBase(nn.Module):
     config: EncoderConfig
     backbone: Any
     tokenizer: Any
+    _frozen_hashes: dict[str, str] | None = None
+    """Once frozen, the weights' hash per fingerprint settings (window, precision)."""
+
+    def freeze(self) -> Any:
+        """Inference only from here on (a gate's encoders): eval mode, no gradients (training it
+        fails loudly), and the weights hashed once per window instead of on every
+        :meth:`fingerprint` (0.1 s for MiniLM, asked for by each chunk ``memsafe score`` reads)."""
+        self.eval()
+        self.requires_grad_(False)
+        self._frozen_hashes = {}
+        return self
+
+    def weights_hash(self, settings: str) -> str:
+        """:func:`weights_fingerprint` of this encoder; memoised only once it is frozen."""
+        if self._frozen_hashes is None:
+            return weights_fingerprint(self, settings)
+        if settings not in self._frozen_hashes:
+            self._frozen_hashes[settings] = weights_fingerprint(self, settings)
+        return self._frozen_hashes[settings]
 
     @property
     def bf16(self) -> bool:
@@ -275,8 +294,7 @@ class CrossEncoder(FoldEncoderBase):
 
     def fingerprint(self) -> str:
         """Hash of the weights and the settings that change an encoding (not batch size)."""
-        return weights_fingerprint(self, f"{self.config.max_length}|{self.config.pooling}|{self.bf16}|"
-                                         f"{TRUNCATION_RULE}")
+        return self.weights_hash(f"{self.config.max_length}|{self.config.pooling}|{self.bf16}|{TRUNCATION_RULE}")
 
     def tokenize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         """Model inputs of ``pairs`` in the window: a bridge pair's context is cut before its

@@ -27,8 +27,6 @@ from memsafe_lib.variants.construction import present_states
 
 ECE_BINS = 15
 """The ECE's equal-width bins (the library's convention), also the reliability diagram's."""
-EVAL_SCORE_CHUNK = 16
-"""Memories scored at a time (as ``memsafe score``), with a progress line for long files."""
 
 
 def gate_metrics(memories: LabelledMemories, outputs: Sequence[GateOutput], answered: np.ndarray,

@@ -137,6 +137,8 @@ class Gate:
                  tokens: TokenBuilder, model: SetModel) -> None:
         self.config = config
         self.encoders = encoders
+        for encoder in encoders:  # a gate only reads: its fingerprints are hashed once, not per chunk
+            encoder.freeze()
         self.bi = bi
         self.tokens = tokens
         self.model = model
