@@ -288,9 +288,9 @@ SCORE_CHUNK = 64
 The encoders' working set grows with the chunk (peak RSS with the smoke gate on 256 HotpotQA
 memories, 2-core Xeon: 1.06 GB at 8, 1.16 at 16, 1.37 at 32, 1.71 at 64; bench/score_stream.py),
 and so does the speed of a gate at the 256-token window: a chunk's pairs are bucketed by length
-together, so a larger chunk pads less and calls the encoders fewer times (the smoke gate, one
-layer at 128 tokens, was within 7% of 64 at 16; the cpu gate at 256 tokens runs at the encoders'
-own rate only at 64: bench/score_speed.py, whose rows compare code versions)."""
+together, so a larger chunk pads less and calls the encoders fewer times (with the smoke gate
+16 was within 7% of 64; with the cpu gate at 256 tokens 64 reads 85% of the encoders' ceiling
+and 16 read 73%: bench/score_speed.py, whose rows compare code versions)."""
 SCORE_PROGRESS_S = 10.0
 """At most one progress line per this many seconds (and one at the end)."""
 
