@@ -202,3 +202,22 @@ def test_a_restore_does_not_make_a_rerun_of_a_finished_notebook_resumed(interrup
                       "01_construction_audit start 2026-11-29T07:26:05Z\n")
     with pytest.raises(SystemExit, match="without a '\\(resumed run\\)' mark"):
         interrupted_run.killed_parts(log, "01_construction_audit")
+
+
+def test_the_run_parts_are_its_script_headers_and_a_notebooks_parts_its_executions(interrupted_run) -> None:
+    import pandas as pd
+
+    log = ("cold run of 01_construction_audit 02_training at cpu on abc, data d\n" + LOG
+           + "cold run resumed at cpu on abc (code abc, Xeon), data d: 02_training\n"
+           + "02_training start 2026-11-29T09:00:00Z (resumed run on Xeon)\n"
+           + "cold run resumed at cpu on abc (code abc, Xeon), data d: 02_training\n")
+    assert interrupted_run.parts_of_run(log) == 3
+    with pytest.raises(SystemExit, match="not bench/cold/cold_run.sh's log"):
+        interrupted_run.parts_of_run(LOG)
+    run_times = pd.DataFrame({"notebook": ["01_construction_audit", "02_training"], "minutes": [16.5, 51.2],
+                              "code": ["abc"] * 2, "cpu": ["Xeon"] * 2, "bf16_units": [True] * 2})
+    interrupted = pd.DataFrame({"notebook": ["02_training"], "kills": [2], "minutes_before_kill": [87.6],
+                                "minutes_resumed": [51.2], "code": ["abc"]})
+    table = interrupted_run.cold_table(run_times, interrupted, parts=3)
+    assert table.parts.tolist() == [1, 3, 3]
+    assert pd.isna(interrupted_run.cold_table(run_times, interrupted).parts.iloc[-1])

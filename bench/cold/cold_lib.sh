@@ -35,8 +35,8 @@ run_cold_notebooks() {
 # adopt_cold_run REPO CLONE SCALE [LOG NOTEBOOK...]: bring the clone's results into the checkout
 # REPO (bench/cold/adopt_cold_run.py refuses other code), add the minutes before each kill of a
 # notebook the LOG marks resumed, up to when the busy-core sampler last saw the machine
-# (bench/cold/interrupted_run.py), rewrite the cold time table (kept with the replaced one in
-# cold_run_history.csv), regenerate the step table and the
+# (bench/cold/interrupted_run.py), rewrite the cold time table with the run's parts counted from
+# LOG (kept with the replaced one in cold_run_history.csv), regenerate the step table and the
 # report, and verify. Then `memsafe compare` the run it replaces (kept first as a worktree of
 # REPO's HEAD beside REPO, previous-SCALE-run) against it (bench/compare_runs.py), and check
 # every verdict of the prose against the new numbers (tests/test_report_claims.py), naming the
@@ -56,7 +56,7 @@ adopt_cold_run() {
                 --scale "$scale" --busy "$clone/artifacts/scratch/cpu_busy.txt")
         fi
     done
-    (cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py --scale "$scale")
+    (cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py --scale "$scale" ${log:+--log "$log"})
     (cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python cold_run_history.py --scale "$scale")
     (cd bench && MEMSAFE_RECORD=1 ../.venv/bin/python notebook_steps.py --scale "$scale")
     .venv/bin/memsafe report --record

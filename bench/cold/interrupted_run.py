@@ -28,6 +28,7 @@ time table, one row per notebook with the killed part added and a last row ``all
     cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py --log COLD_LOG --notebook 02_training \
         [--busy CLONE/artifacts/scratch/cpu_busy.txt]
     cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py   # the table alone, no kill to add
+    cd bench/cold && MEMSAFE_RECORD=1 ../../.venv/bin/python interrupted_run.py --log COLD_LOG   # and the run's parts
 
 A part's untimed warm-up can also do a step that a one-piece run pays inside a notebook of that
 part: the Stage B grid's Stage A ranks units with the pretrained encoder's unit embeddings, which
@@ -134,11 +135,25 @@ def warm_up_step(log: str, pattern: str) -> tuple[str, float]:
     raise SystemExit(f"no line matching {pattern!r} after a stamped line inside an untimed warm-up of the log")
 
 
+RUN_PART = re.compile(r"^cold run (?:of|resumed at) ", re.MULTILINE)  # cold_run.sh's / cold_resume.sh's first line
+
+
+def parts_of_run(log: str) -> int:
+    """How many parts (machine leases) the cold run in ``log`` took: one header line per
+    ``bench/cold/cold_run.sh`` or ``bench/cold/cold_resume.sh`` execution."""
+    parts = len(RUN_PART.findall(log))
+    if parts == 0:
+        raise SystemExit("the log has no 'cold run of' line: it is not bench/cold/cold_run.sh's log")
+    return parts
+
+
 def cold_table(run_times: pd.DataFrame, interrupted: pd.DataFrame,
-               warm_ups: pd.DataFrame | None = None) -> pd.DataFrame:
+               warm_ups: pd.DataFrame | None = None, parts: int | None = None) -> pd.DataFrame:
     """Cold minutes per notebook: its ``run_times.csv`` row, plus the minutes before the kill
     where that row is a resumed execution (and the interruption is of the same code), plus the
-    minutes of its steps that an untimed warm-up did (same code), then the sum."""
+    minutes of its steps that an untimed warm-up did (same code), then the sum. ``parts``: how
+    many machine leases the whole run took (from its log), on the ``all`` row; a notebook's
+    row counts its executions (one plus its kills)."""
     killed = interrupted.set_index("notebook")
     warmed = (warm_ups[warm_ups.code.astype(str).isin(set(run_times.code.astype(str)))]
               .groupby("notebook").minutes.sum() if warm_ups is not None and len(warm_ups) else pd.Series(dtype=float))
@@ -151,14 +166,15 @@ def cold_table(run_times: pd.DataFrame, interrupted: pd.DataFrame,
                              f"code {r.code}, {r.minutes} min); rerun interrupted_run.py for it")
         before = 0.0 if part is None else float(part["minutes_before_kill"])
         moved = float(warmed.get(r.notebook, 0.0))
+        executions = 1 if part is None else 1 + int(part.get("kills", 1))
         rows.append({"notebook": r.notebook, "minutes": round(float(r.minutes) + before + moved, 1),
                      "minutes_from_warm_up": round(moved, 1),
-                     "interrupted": part is not None, "notebooks": 1, "cpu": r.cpu,
+                     "interrupted": part is not None, "notebooks": 1, "parts": executions, "cpu": r.cpu,
                      "bf16_units": r.bf16_units, "code": r.code})
     table = pd.DataFrame(rows)
     total = {"notebook": "all", "minutes": round(table.minutes.sum(), 1),
              "minutes_from_warm_up": round(table.minutes_from_warm_up.sum(), 1), "interrupted": bool(table.interrupted.any()),
-             "notebooks": len(table), "cpu": "; ".join(sorted(set(table.cpu))),
+             "notebooks": len(table), "parts": parts if parts is not None else pd.NA, "cpu": "; ".join(sorted(set(table.cpu))),
              "bf16_units": bool(table.bf16_units.all()), "code": "; ".join(sorted(set(table.code)))}
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
@@ -205,7 +221,8 @@ def record_warm_up_step(args: argparse.Namespace, log: str, times: pd.DataFrame,
 
 def main() -> None:
     parser = bench_parser(__doc__)
-    parser.add_argument("--log", help="the cold run's log (bench/cold/cold_run.sh's output); needed with --notebook")
+    parser.add_argument("--log", help="the cold run's log (bench/cold/cold_run.sh's output); needed with --notebook; "
+                        "given alone, the table's last row counts the run's parts (machine leases) from it")
     parser.add_argument("--notebook", help="the killed and resumed notebook to add; without it, only the "
                         "cold time table is rewritten (a run with no kill needs it too)")
     parser.add_argument("--busy", type=Path, help="the busy-core sampler's file (bench/cold/cpu_busy.py sample): "
@@ -231,7 +248,7 @@ def main() -> None:
     warm_ups = pd.read_csv(warm_path) if warm_path.is_file() else None
     table = pd.read_csv(killed) if killed.is_file() else pd.DataFrame(columns=["notebook", "code"])
     table = table[table.code.astype(str).isin(set(times.code.astype(str)))]  # kills of the timed code only
-    cold = cold_table(times.reset_index(), table, warm_ups)
+    cold = cold_table(times.reset_index(), table, warm_ups, parts=parts_of_run(log) if log else None)
     save_report("cold-run", "cold_run", args, [], {"minutes": float(cold.minutes.iloc[-1])}, table=cold,
                 inputs=[run_times, *([killed] if killed.is_file() else []), *([warm_path] if warm_ups is not None else [])])
 
