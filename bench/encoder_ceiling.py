@@ -82,13 +82,13 @@ def main() -> None:
                     model(**batch)
                 seconds = time.perf_counter() - start
             pairs = max(1, args.pairs // s["batch"]) * s["batch"]
-            rows.append({"round": round_ + 1, "tokens": args.tokens, "arm": arm, **s, "pairs_per_s": pairs / seconds,
+            rows.append({"round": round_ + 1, "arm": arm, **s, "pairs_per_s": pairs / seconds,
                          "gflops": pairs * per_pair / seconds / 1e9})
             print(rows[-1], flush=True)
-        rows.append({"round": round_ + 1, "tokens": args.tokens, "arm": "ceiling_ffn_shape",
+        rows.append({"round": round_ + 1, "arm": "ceiling_ffn_shape",
                      "gflops": matmul_rate(32 * args.tokens, 384, 1536)})
-        rows.append({"round": round_ + 1, "tokens": args.tokens, "arm": "ceiling_square_4096", "gflops": matmul_rate(4096, 4096, 4096, 5)})
-    table = pd.DataFrame(rows)
+        rows.append({"round": round_ + 1, "arm": "ceiling_square_4096", "gflops": matmul_rate(4096, 4096, 4096, 5)})
+    table = pd.DataFrame(rows).assign(tokens=args.tokens)
     median = table.groupby("arm").gflops.median()
     report = {"cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "torch_threads": threads[1], "tokens": args.tokens, "gflop_per_pair": per_pair / 1e9,
