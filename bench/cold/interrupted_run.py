@@ -95,7 +95,8 @@ def killed_parts(log: str, notebook: str, samples: str | None = None) -> list[tu
         raise SystemExit(f"{notebook} has no resumed execution in the log: its run_times row is already cold")
     for before, this in zip(starts, starts[1:], strict=False):
         if "(resumed run" not in this.group(0) and not _restored_unfinished(log, notebook, before, this):
-            raise SystemExit(f"{notebook} started again without a '(resumed run)' mark: its minutes are not one cold run")
+            raise SystemExit(f"{notebook} started again without a '(resumed run)' mark: "
+                             "its minutes are not one cold run")
     parts = []
     for this, following in zip(starts, starts[1:], strict=False):
         begun = dt.datetime.fromisoformat(this.group(1)).replace(tzinfo=dt.UTC)
@@ -173,8 +174,9 @@ def cold_table(run_times: pd.DataFrame, interrupted: pd.DataFrame,
                      "bf16_units": r.bf16_units, "code": r.code})
     table = pd.DataFrame(rows)
     total = {"notebook": "all", "minutes": round(table.minutes.sum(), 1),
-             "minutes_from_warm_up": round(table.minutes_from_warm_up.sum(), 1), "interrupted": bool(table.interrupted.any()),
-             "notebooks": len(table), "parts": parts if parts is not None else pd.NA, "cpu": "; ".join(sorted(set(table.cpu))),
+             "minutes_from_warm_up": round(table.minutes_from_warm_up.sum(), 1),
+             "interrupted": bool(table.interrupted.any()), "notebooks": len(table),
+             "parts": parts if parts is not None else pd.NA, "cpu": "; ".join(sorted(set(table.cpu))),
              "bf16_units": bool(table.bf16_units.all()), "code": "; ".join(sorted(set(table.code)))}
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
@@ -250,7 +252,8 @@ def main() -> None:
     table = table[table.code.astype(str).isin(set(times.code.astype(str)))]  # kills of the timed code only
     cold = cold_table(times.reset_index(), table, warm_ups, parts=parts_of_run(log) if log else None)
     save_report("cold-run", "cold_run", args, [], {"minutes": float(cold.minutes.iloc[-1])}, table=cold,
-                inputs=[run_times, *([killed] if killed.is_file() else []), *([warm_path] if warm_ups is not None else [])])
+                inputs=[run_times, *([killed] if killed.is_file() else []),
+                        *([warm_path] if warm_ups is not None else [])])
 
 
 if __name__ == "__main__":
