@@ -204,6 +204,19 @@ def test_a_restore_does_not_make_a_rerun_of_a_finished_notebook_resumed(interrup
         interrupted_run.killed_parts(log, "01_construction_audit")
 
 
+def test_a_resumed_start_without_its_header_still_opens_a_part(interrupted_run) -> None:
+    """A part whose header line never reached the log (its stdout went elsewhere) still shows in
+    the log as a notebook start marked "(resumed run)"; one right after a header is that header's part."""
+    log = ("cold run of 01_construction_audit 02_training 03_ablations at cpu on abc, data d\n"
+           "01_construction_audit start 2026-11-29T07:00:00Z\n"
+           "02_training start 2026-11-29T07:20:00Z\n"
+           "02_training start 2026-11-29T09:00:00Z (resumed run on Xeon)\n"
+           "03_ablations start 2026-11-29T10:00:00Z\n"
+           "cold run resumed at cpu on abc (code abc, Xeon), data d: 03_ablations\n"
+           "03_ablations start 2026-11-29T12:00:00Z (resumed run on Xeon)\n")
+    assert interrupted_run.parts_of_run(log) == 3
+
+
 def test_the_run_parts_are_its_script_headers_and_a_notebooks_parts_its_executions(interrupted_run) -> None:
     import pandas as pd
 
@@ -211,7 +224,8 @@ def test_the_run_parts_are_its_script_headers_and_a_notebooks_parts_its_executio
            + "cold run resumed at cpu on abc (code abc, Xeon), data d: 02_training\n"
            + "02_training start 2026-11-29T09:00:00Z (resumed run on Xeon)\n"
            + "cold run resumed at cpu on abc (code abc, Xeon), data d: 02_training\n")
-    assert interrupted_run.parts_of_run(log) == 3
+    # LOG's own "(resumed run)" start has no header before it: a part of its own
+    assert interrupted_run.parts_of_run(log) == 4
     with pytest.raises(SystemExit, match="not bench/cold/cold_run.sh's log"):
         interrupted_run.parts_of_run(LOG)
     run_times = pd.DataFrame({"notebook": ["01_construction_audit", "02_training"], "minutes": [16.5, 51.2],

@@ -137,14 +137,26 @@ def warm_up_step(log: str, pattern: str) -> tuple[str, float]:
 
 
 RUN_PART = re.compile(r"^cold run (?:of|resumed at) ", re.MULTILINE)  # cold_run.sh's / cold_resume.sh's first line
+NOTEBOOK_START = re.compile(r"^\S+ start \S+Z( \(resumed run)?", re.MULTILINE)
 
 
 def parts_of_run(log: str) -> int:
-    """How many parts (machine leases) the cold run in ``log`` took: one header line per
-    ``bench/cold/cold_run.sh`` or ``bench/cold/cold_resume.sh`` execution."""
-    parts = len(RUN_PART.findall(log))
-    if parts == 0:
+    """How many parts (machine leases) the cold run in ``log`` took: one per
+    ``bench/cold/cold_run.sh`` or ``bench/cold/cold_resume.sh`` header line, and one per notebook
+    start marked "(resumed run" that does not directly follow a header (a part whose header went
+    to another stdout still resumed a notebook in this log)."""
+    if not RUN_PART.search(log):
         raise SystemExit("the log has no 'cold run of' line: it is not bench/cold/cold_run.sh's log")
+    events = sorted([(m.start(), "header") for m in RUN_PART.finditer(log)]
+                    + [(m.start(), "resumed" if m.group(1) else "start") for m in NOTEBOOK_START.finditer(log)])
+    parts, after_header = 0, False
+    for _, kind in events:
+        if kind == "header":
+            parts, after_header = parts + 1, True
+            continue
+        if kind == "resumed" and not after_header:
+            parts += 1
+        after_header = False
     return parts
 
 
