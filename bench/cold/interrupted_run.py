@@ -59,6 +59,7 @@ from memsafe_lib.io import replace_row
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: report.py, the shared tail
 from report import bench_parser, save_report  # noqa: E402
 
+START_LINE = r"^{name} start (\S+?)Z?( \(resumed run.*\))?$"  # cold_lib.sh's line before a notebook runs
 STAMP = re.compile(r"\[memsafe (\d\d):(\d\d):(\d\d) ")
 SAMPLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)Z? ", re.MULTILINE)  # bench/cold/cpu_busy.py's lines
 
@@ -87,8 +88,7 @@ def killed_parts(log: str, notebook: str, samples: str | None = None) -> list[tu
     ``[memsafe HH:MM:SS`` stamp before the next execution of that notebook starts, or, given
     the busy-core sampler's ``samples``, its last line before then where that is later. The
     last execution is the one that finished (its minutes are the ``run_times.csv`` row)."""
-    starts = list(re.finditer(rf"^{re.escape(notebook)} start (\S+?)Z?(?: \(resumed run.*\))?$", log,
-                              flags=re.MULTILINE))
+    starts = list(re.finditer(START_LINE.format(name=re.escape(notebook)), log, flags=re.MULTILINE))
     if not starts:
         raise SystemExit(f"no '{notebook} start' line in the log")
     if len(starts) == 1:
@@ -137,7 +137,7 @@ def warm_up_step(log: str, pattern: str) -> tuple[str, float]:
 
 
 RUN_PART = re.compile(r"^cold run (?:of|resumed at) ", re.MULTILINE)  # cold_run.sh's / cold_resume.sh's first line
-NOTEBOOK_START = re.compile(r"^\S+ start \S+Z( \(resumed run)?", re.MULTILINE)
+NOTEBOOK_START = re.compile(START_LINE.format(name=r"\S+"), re.MULTILINE)
 
 
 def parts_of_run(log: str) -> int:
@@ -148,7 +148,7 @@ def parts_of_run(log: str) -> int:
     if not RUN_PART.search(log):
         raise SystemExit("the log has no 'cold run of' line: it is not bench/cold/cold_run.sh's log")
     events = sorted([(m.start(), "header") for m in RUN_PART.finditer(log)]
-                    + [(m.start(), "resumed" if m.group(1) else "start") for m in NOTEBOOK_START.finditer(log)])
+                    + [(m.start(), "resumed" if m.group(2) else "start") for m in NOTEBOOK_START.finditer(log)])
     parts, after_header = 0, False
     for _, kind in events:
         if kind == "header":
