@@ -4,7 +4,7 @@ The committed encoder benchmark (``bench/bench_encoder.py``) put Stage A encodin
 of a large bf16 matmul's rate. This times the packaged encoder (all-MiniLM-L6-v2) forward on
 synthetic token ids at the training window, with the library's settings (fp32 weights under
 bf16 autocast, SDPA attention, batch 32) and with each setting changed alone (bf16 weights,
-eager attention, batch 128), and sets their FLOP rates beside two ceilings measured in the
+eager attention, batch 128, torch.compile), and sets their FLOP rates beside two ceilings measured in the
 same run: a matmul of the encoder's own feed-forward shape (tokens x 384 x 1536) and a large
 square one. Rounds alternate, medians are reported. The default window, 128 tokens, writes
 ``encoder_ceiling.csv``; another (the paper's 256, which notebook 02 encodes at) writes
@@ -34,6 +34,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "bf16_weights": {"attention": "sdpa", "bf16_weights": True, "batch": 32},
     "eager_attention": {"attention": "eager", "bf16_weights": False, "batch": 32},
     "batch_128": {"attention": "sdpa", "bf16_weights": False, "batch": 128},
+    "compiled": {"attention": "sdpa", "bf16_weights": False, "batch": 32, "compiled": True},
+    "compiled_bf16_weights": {"attention": "sdpa", "bf16_weights": True, "batch": 32, "compiled": True},
 }
 
 
@@ -68,22 +70,32 @@ def main() -> None:
     for attention in ("sdpa", "eager"):
         models[attention] = AutoModel.from_pretrained(path, attn_implementation=attention).float().eval()
     models["bf16"] = copy.deepcopy(models["sdpa"]).to(torch.bfloat16)
+    # torch.compile (inductor) of the library's model: shapes are fixed here, so it compiles once
+    # in the first round's warm-up call (its seconds are reported apart); the library's length
+    # buckets would need dynamic shapes or one compile per bucket length
+    models["compiled"] = torch.compile(models["sdpa"])
+    models["compiled_bf16"] = torch.compile(models["bf16"])
+    compile_seconds = 0.0
     per_pair = flops_per_pair(models["sdpa"].config, args.tokens)
     rows = []
     for round_ in range(args.rounds):
         for arm, s in ARMS.items():
-            model = models["bf16"] if s["bf16_weights"] else models[s["attention"]]
+            name = "bf16" if s["bf16_weights"] else s["attention"]
+            model = models[{"sdpa": "compiled", "bf16": "compiled_bf16"}[name] if s.get("compiled") else name]
             ids = torch.randint(1000, 20000, (s["batch"], args.tokens))
             batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
             with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=not s["bf16_weights"]):
+                start = time.perf_counter()
                 model(**batch)
+                if s.get("compiled") and round_ == 0:
+                    compile_seconds += time.perf_counter() - start
                 start = time.perf_counter()
                 for _ in range(max(1, args.pairs // s["batch"])):
                     model(**batch)
                 seconds = time.perf_counter() - start
             pairs = max(1, args.pairs // s["batch"]) * s["batch"]
-            rows.append({"round": round_ + 1, "arm": arm, **s, "pairs_per_s": pairs / seconds,
-                         "gflops": pairs * per_pair / seconds / 1e9})
+            rows.append({"round": round_ + 1, "arm": arm, **s, "compiled": bool(s.get("compiled")),
+                         "pairs_per_s": pairs / seconds, "gflops": pairs * per_pair / seconds / 1e9})
             print(rows[-1], flush=True)
         rows.append({"round": round_ + 1, "arm": "ceiling_ffn_shape",
                      "gflops": matmul_rate(32 * args.tokens, 384, 1536)})
@@ -91,7 +103,8 @@ def main() -> None:
     table = pd.DataFrame(rows).assign(tokens=args.tokens)
     median = table.groupby("arm").gflops.median()
     report = {"cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "torch_threads": threads[1], "tokens": args.tokens, "gflop_per_pair": per_pair / 1e9,
+              "torch_threads": threads[1], "tokens": args.tokens,
+              "compile_seconds": compile_seconds, "gflop_per_pair": per_pair / 1e9,
               **{f"gflops_{arm}": float(v) for arm, v in median.items()},
               "library_share_of_ffn_ceiling": float(median["library"] / median["ceiling_ffn_shape"]),
               "library_share_of_square_ceiling": float(median["library"] / median["ceiling_square_4096"])}
