@@ -4,9 +4,10 @@ The committed encoder benchmark (``bench/bench_encoder.py``) put Stage A encodin
 of a large bf16 matmul's rate. This times the packaged encoder (all-MiniLM-L6-v2) forward on
 synthetic token ids at the training window, with the library's settings (fp32 weights under
 bf16 autocast, SDPA attention, batch 32) and with each setting changed alone (bf16 weights,
-eager attention, batch 128, torch.compile), and sets their FLOP rates beside two ceilings measured in the
-same run: a matmul of the encoder's own feed-forward shape (tokens x 384 x 1536) and a large
-square one. Rounds alternate, medians are reported. The default window, 128 tokens, writes
+eager attention, batch 128, torch.compile, torch.compile with bf16 weights), and sets their
+FLOP rates beside two ceilings measured in the same run: a matmul of the encoder's own
+feed-forward shape (tokens x 384 x 1536) and a large square one. Rounds alternate, medians are
+reported. The default window, 128 tokens, writes
 ``encoder_ceiling.csv``; another (the paper's 256, which notebook 02 encodes at) writes
 ``encoder_ceiling_<tokens>.csv`` beside it, so both profiles stay:
 
@@ -56,6 +57,12 @@ def matmul_rate(m: int, k: int, n: int, repeats: int = 20) -> float:
     return 2 * m * k * n * repeats / (time.perf_counter() - start) / 1e9
 
 
+def model_key(settings: dict[str, Any]) -> str:
+    """Which of ``main``'s models an arm runs: its weights' precision or attention, compiled or not."""
+    base = "bf16" if settings["bf16_weights"] else settings["attention"]
+    return f"compiled_{base}" if settings.get("compiled") else base
+
+
 def main() -> None:
     from transformers import AutoModel  # lazy: heavy
 
@@ -73,15 +80,14 @@ def main() -> None:
     # torch.compile (inductor) of the library's model: shapes are fixed here, so it compiles once
     # in the first round's warm-up call (its seconds are reported apart); the library's length
     # buckets would need dynamic shapes or one compile per bucket length
-    models["compiled"] = torch.compile(models["sdpa"])
+    models["compiled_sdpa"] = torch.compile(models["sdpa"])
     models["compiled_bf16"] = torch.compile(models["bf16"])
     compile_seconds = 0.0
     per_pair = flops_per_pair(models["sdpa"].config, args.tokens)
     rows = []
     for round_ in range(args.rounds):
         for arm, s in ARMS.items():
-            name = "bf16" if s["bf16_weights"] else s["attention"]
-            model = models[{"sdpa": "compiled", "bf16": "compiled_bf16"}[name] if s.get("compiled") else name]
+            model = models[model_key(s)]
             ids = torch.randint(1000, 20000, (s["batch"], args.tokens))
             batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
             with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=not s["bf16_weights"]):
